@@ -1,0 +1,340 @@
+"""The paper's attention algorithms, one mtf op per line of its pseudocode.
+
+Every function here takes mtf tensors and weights explicitly and creates no
+variables, so it can be checked line by line against the paper (section 3,
+4, 6 and appendix A) and against a NumPy transcription.  Tensors are named
+after the paper: Q, K, V, J, L, W, U, O, Y; the weights P_q, P_k, P_v, P_o,
+P_l, P_w and the dynamic-projection generators P_Xl, P_Ml, P_Xw, P_Mw.
+
+Heads dimensions are plain ``mtf.Dimension``s whose *names* decide both the
+algorithm and the layout:
+
+  * P_l exists iff ``heads_k`` and ``heads`` are different dims;
+  * P_w exists iff ``heads`` and ``heads_v`` are different dims.
+
+So multi-head attention is ``heads_k = heads = heads_v = ("heads", h)``,
+logits-only is ``heads_v = heads``, weights-only is ``heads_k = heads`` and
+talking heads has three distinct names.  A gin layout rule such as
+``heads:model`` shards whichever tensors carry that name.
+
+Example (talking heads, h_k = h = h_v = 24, d_k = d_v = 32, d_model = 768):
+
+  X: [batch, length, d_model]            M: [batch, memory_length, d_model]
+  Q: [batch, length, heads_k, d_k]       K: [batch, memory_length, heads_k, d_k]
+  V: [batch, memory_length, heads_v, d_v]
+  J: [batch, length, memory_length, heads_k]
+  L, W: [batch, length, memory_length, heads]
+  U: [batch, length, memory_length, heads_v]
+  O: [batch, length, heads_v, d_v]       Y: [batch, length, d_model]
+
+Logits, softmax and the talking-heads projections run in float32 whatever the
+activation dtype (bfloat16 logits near 1e4 would otherwise lose all
+precision); O and Y return to the activation dtype.
+"""
+import collections
+
+import mesh_tensorflow as mtf
+import tensorflow.compat.v1 as tf
+
+DYNAMIC_TERMS = ("x2l", "m2l", "x2w", "m2w")
+
+
+class AttentionDims(collections.namedtuple(
+    "AttentionDims", ["heads_k", "heads", "heads_v", "d_k", "d_v"])):
+  """The five named dimensions of talking-heads attention.
+
+  Example:
+    AttentionDims(heads_k=Dimension("heads_k", 24), heads=Dimension("heads", 24),
+                  heads_v=Dimension("heads_v", 24), d_k=Dimension("d_k", 32),
+                  d_v=Dimension("d_v", 32))
+  """
+
+  @property
+  def project_logits(self):
+    return self.heads_k != self.heads
+
+  @property
+  def project_weights(self):
+    return self.heads != self.heads_v
+
+  def renamed(self, mapping):
+    """A copy with each dim whose name is a key of `mapping` renamed."""
+    return AttentionDims(*[
+        mtf.Dimension(mapping.get(d.name, d.name), d.size) for d in self])
+
+
+def make_dims(heads_k, heads, heads_v, d_k, d_v):
+  """Builds and validates AttentionDims from ints, pairs or Dimensions.
+
+  Args:
+    heads_k: (name, size) pair or mtf.Dimension: heads of queries and keys.
+    heads: (name, size) pair or mtf.Dimension: heads of logits and weights.
+    heads_v: (name, size) pair or mtf.Dimension: heads of the values.
+    d_k: int or (name, size) pair or mtf.Dimension: query/key channels.
+    d_v: int or (name, size) pair or mtf.Dimension: value channels.
+  Returns:
+    an AttentionDims
+  Raises:
+    ValueError: naming the parameter, if a size is not positive or two of
+      the dims share a name but not a size.
+  """
+  def to_dim(value, default_name, param):
+    if isinstance(value, int):
+      value = (default_name, value)
+    try:
+      dim = mtf.convert_to_dimension(value)
+    except (TypeError, ValueError):
+      raise ValueError("%s must be an int or a (name, size) pair, got %r"
+                       % (param, value))
+    if not isinstance(dim.size, int) or dim.size <= 0:
+      raise ValueError("%s must have a positive size, got %r; set %s to a "
+                       "positive integer" % (param, value, param))
+    return dim
+  dims = AttentionDims(
+      to_dim(heads_k, "heads_k", "heads_k"), to_dim(heads, "heads", "heads"),
+      to_dim(heads_v, "heads_v", "heads_v"), to_dim(d_k, "d_k", "d_k"),
+      to_dim(d_v, "d_v", "d_v"))
+  by_name = {}
+  for param, dim in zip(AttentionDims._fields, dims):
+    other = by_name.setdefault(dim.name, (param, dim))
+    if other[1].size != dim.size:
+      raise ValueError(
+          "%s and %s are both named %r but have sizes %d and %d: a dim name "
+          "means one size. Give them the same size, or different names (a "
+          "different name adds a talking-heads projection between them)."
+          % (other[0], param, dim.name, other[1].size, dim.size))
+  if dims.d_k.name in (dims.heads_k.name, dims.heads.name, dims.heads_v.name):
+    raise ValueError("d_k may not share a name with a heads dim (%r)"
+                     % dims.d_k.name)
+  if dims.d_v.name in (dims.heads_k.name, dims.heads.name, dims.heads_v.name):
+    raise ValueError("d_v may not share a name with a heads dim (%r)"
+                     % dims.d_v.name)
+  return dims
+
+
+def check_dynamic(dynamic, dims):
+  """Validates the dynamic-projection terms (appendix A) for these dims."""
+  dynamic = tuple(dynamic or ())
+  for term in dynamic:
+    if term not in DYNAMIC_TERMS:
+      raise ValueError("dynamic: unknown term %r; choose from %s"
+                       % (term, ", ".join(DYNAMIC_TERMS)))
+    if term.endswith("l") and not dims.project_logits:
+      raise ValueError(
+          "dynamic term %r adds to the logits projection P_l, which this "
+          "layer lacks (heads_k and heads are the same dim %r): give them "
+          "different names or drop %r" % (term, dims.heads.name, term))
+    if term.endswith("w") and not dims.project_weights:
+      raise ValueError(
+          "dynamic term %r adds to the weights projection P_w, which this "
+          "layer lacks (heads and heads_v are the same dim %r): give them "
+          "different names or drop %r" % (term, dims.heads.name, term))
+  if len(set(dynamic)) != len(dynamic):
+    raise ValueError("dynamic: repeated term in %r" % (dynamic,))
+  return dynamic
+
+
+def _float32(x):
+  return x if x.dtype == tf.float32 else mtf.cast(x, tf.float32)
+
+
+def compute_q(x, p_q, d_x):
+  """Q[n, d_k, h_k] = einsum(X[n, d_X], P_q[d_X, d_k, h_k])."""
+  return mtf.einsum([x, p_q], reduced_dims=[d_x])
+
+
+def compute_k(m, p_k, d_m):
+  """K[m, d_k, h_k] = einsum(M[m, d_M], P_k[d_M, d_k, h_k])."""
+  return mtf.einsum([m, p_k], reduced_dims=[d_m])
+
+
+def compute_v(m, p_v, d_m):
+  """V[m, d_v, h_v] = einsum(M[m, d_M], P_v[d_M, d_v, h_v])."""
+  return mtf.einsum([m, p_v], reduced_dims=[d_m])
+
+
+def compute_j(q, k, dims):
+  """J[n, m, h_k] = einsum(Q[n, d_k, h_k], K[m, d_k, h_k]), in float32."""
+  return mtf.einsum([_float32(q), _float32(k)], reduced_dims=[dims.d_k])
+
+
+def compute_r(a, p_dynamic, d_a):
+  """R_Xl[n, h_k, h] = einsum(X[n, d_X], P_Xl[d_X, h_k, h]) (and R_Ml, R_Xw, R_Mw)."""
+  return _float32(mtf.einsum([a, p_dynamic], reduced_dims=[d_a]))
+
+
+def compute_l(j, p_l, dims, dynamic_l=(), bias=None):
+  """L[n, m, h] = einsum(J, P_l) + sum of einsum(J, R_l) for each dynamic term.
+
+  Without P_l (heads_k == heads) L is J.
+
+  Args:
+    j: J[..., n, m, h_k] float32.
+    p_l: P_l[h_k, h] or None.
+    dims: AttentionDims.
+    dynamic_l: R_Xl[n, h_k, h] / R_Ml[m, h_k, h] tensors (float32).
+    bias: optional additive bias on L (masks, relative positions); any shape
+      broadcastable to L's, carrying `heads` if per-head.
+  Returns:
+    L[..., n, m, h] float32
+  """
+  if p_l is None:
+    l = j
+  else:
+    l = mtf.einsum([j, _float32(p_l)], reduced_dims=[dims.heads_k])
+    for r in dynamic_l:
+      l += mtf.einsum([j, r], reduced_dims=[dims.heads_k])
+  if bias is not None:
+    l += _float32(bias)
+  return l
+
+
+def compute_w(l, memory_length):
+  """W[n, m, h] = softmax(L[n, m, h], reduced_dim=m), in float32."""
+  return mtf.softmax(l, memory_length)
+
+
+def compute_u(w, p_w, dims, dynamic_w=()):
+  """U[n, m, h_v] = einsum(W, P_w) + sum of einsum(W, R_w) per dynamic term."""
+  if p_w is None:
+    return w
+  u = mtf.einsum([w, _float32(p_w)], reduced_dims=[dims.heads])
+  for r in dynamic_w:
+    u += mtf.einsum([w, r], reduced_dims=[dims.heads])
+  return u
+
+
+def compute_o(u, v, memory_length):
+  """O[n, d_v, h_v] = einsum(U[n, m, h_v], V[m, d_v, h_v]), in V's dtype."""
+  if u.dtype != v.dtype:
+    u = mtf.cast(u, v.dtype)
+  return mtf.einsum([u, v], reduced_dims=[memory_length])
+
+
+def compute_y(o, p_o, dims):
+  """Y[n, d_Y] = einsum(O[n, d_v, h_v], P_o[d_Y, d_v, h_v])."""
+  return mtf.einsum([o, p_o], reduced_dims=[dims.heads_v, dims.d_v])
+
+
+def dropout_weights(u, train, rate, broadcast_dims=()):
+  """Dropout on the attention weights U (broadcast over `broadcast_dims`)."""
+  if not train or not rate:
+    return u
+  return mtf.dropout(u, train, rate=rate,
+                     noise_shape=u.shape - list(broadcast_dims))
+
+
+def attention_core(q, k, v, memory_length, dims, p_l=None, p_w=None,
+                   dynamic_l=(), dynamic_w=(), bias=None, dropout_fn=None):
+  """J, L, W, U, O of TalkingHeadsAttention[WithDynamicProjections].
+
+  This is the part whose tensors have both length dims (n x m x heads);
+  sharding strategies rename dims of its inputs and of O around it.
+
+  Args:
+    q: Q[..., n, h_k, d_k]
+    k: K[..., m, h_k, d_k]
+    v: V[..., m, h_v, d_v]
+    memory_length: the m dimension.
+    dims: AttentionDims (heads names as seen by q, k, v).
+    p_l: P_l[h_k, h] or None.
+    p_w: P_w[h, h_v] or None.
+    dynamic_l: R_Xl / R_Ml tensors.
+    dynamic_w: R_Xw / R_Mw tensors.
+    bias: optional additive bias on L.
+    dropout_fn: optional function applied to U before O.
+  Returns:
+    O[..., n, h_v, d_v]
+  """
+  j = compute_j(q, k, dims)
+  l = compute_l(j, p_l, dims, dynamic_l, bias)
+  w = compute_w(l, memory_length)
+  u = compute_u(w, p_w, dims, dynamic_w)
+  if dropout_fn is not None:
+    u = dropout_fn(u)
+  return compute_o(u, v, memory_length)
+
+
+def talking_heads_attention(x, m, weights, dims, d_x, memory_length,
+                            bias=None):
+  """TalkingHeadsAttention(WithDynamicProjections) of the paper, end to end.
+
+  Args:
+    x: X[..., n, d_X]
+    m: M[..., m, d_M] (d_M has the same name as d_X when X and M share a width;
+      m's length dim must be `memory_length`)
+    weights: dict with "p_q", "p_k", "p_v", "p_o" and optionally "p_l",
+      "p_w", "p_xl", "p_ml", "p_xw", "p_mw".
+    dims: AttentionDims.
+    d_x: the d_X (= d_M = d_Y) dimension.
+    memory_length: the m dimension.
+    bias: optional additive bias on L.
+  Returns:
+    Y[..., n, d_Y]
+  """
+  q = compute_q(x, weights["p_q"], d_x)
+  k = compute_k(m, weights["p_k"], d_x)
+  v = compute_v(m, weights["p_v"], d_x)
+  dynamic_l = [compute_r(a, weights[name], d_x)
+               for a, name in ((x, "p_xl"), (m, "p_ml")) if name in weights]
+  dynamic_w = [compute_r(a, weights[name], d_x)
+               for a, name in ((x, "p_xw"), (m, "p_mw")) if name in weights]
+  o = attention_core(q, k, v, memory_length, dims, weights.get("p_l"),
+                     weights.get("p_w"), dynamic_l, dynamic_w, bias)
+  return compute_y(o, weights["p_o"], dims)
+
+
+def general_bilinear_logits(x, m, p, d_x, d_m):
+  """L[n, m, h] = einsum(X[n, d_X], M[m, d_M], P[d_X, d_M, h]), in float32.
+
+  Computed as (X P) M: n*d_X*d_M*h + n*m*d_M*h multiplies.
+
+  Args:
+    x: X[..., n, d_X]
+    m: M[..., m, d_M] with d_M named differently from d_X.
+    p: P[d_X, d_M, h]
+    d_x: the d_X dimension.
+    d_m: the d_M dimension.
+  Returns:
+    L[..., n, m, h]
+  """
+  xp = mtf.einsum([x, p], reduced_dims=[d_x])
+  return mtf.einsum([_float32(xp), _float32(m)], reduced_dims=[d_m])
+
+
+def general_bilinear_output(w, m, q, heads, memory_length, d_m):
+  """Y[n, d_Y] = einsum(W[n, m, h], M[m, d_M], Q[d_M, d_Y, h]).
+
+  Computed as (W M) Q: n*m*d_M*h + n*d_M*d_Y*h multiplies.
+  """
+  if w.dtype != m.dtype:
+    w = mtf.cast(w, m.dtype)
+  wm = mtf.einsum([w, m], reduced_dims=[memory_length])
+  return mtf.einsum([wm, q], reduced_dims=[d_m, heads])
+
+
+def general_bilinear_attention(x, m, p, q, heads, d_x, d_m, memory_length,
+                               bias=None, dropout_fn=None):
+  """GeneralBilinearMultiheadAttention of the paper (section 4).
+
+  Args:
+    x: X[..., n, d_X]
+    m: M[..., m, d_M] (d_M named differently from d_X)
+    p: P[d_X, d_M, h]
+    q: Q[d_M, d_Y, h]
+    heads: the h dimension.
+    d_x: the d_X dimension (also d_Y).
+    d_m: the d_M dimension.
+    memory_length: the m dimension.
+    bias: optional additive bias on L.
+    dropout_fn: optional function applied to W.
+  Returns:
+    Y[..., n, d_Y]
+  """
+  l = general_bilinear_logits(x, m, p, d_x, d_m)
+  if bias is not None:
+    l += _float32(bias)
+  w = compute_w(l, memory_length)
+  if dropout_fn is not None:
+    w = dropout_fn(w)
+  return general_bilinear_output(w, m, q, heads, memory_length, d_m)
