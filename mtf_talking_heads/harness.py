@@ -1,0 +1,139 @@
+"""Build, lower and run small mtf transformer graphs on a mesh of CPU devices.
+
+Shared by the tests (sharded == unsharded, decode == teacher-forced), the
+`mtf_th comm` accounting and the benchmarks, so that every measurement uses
+the same unit: a Unitransformer over the given layers, forward + backward
+(+ optionally one optimizer step), lowered with PlacementMeshImpl.
+
+Example:
+  run = harness.Harness(layers=[TalkingHeadsAttention(heads_k=4, ...)],
+                        d_model=16, vocab=32, batch=4, length=8,
+                        mesh_shape="model:4", layout="heads:model")
+  out = run.fetch(["loss", "logits"] + run.grad_names)
+"""
+import os
+
+import gin
+import mesh_tensorflow as mtf
+from mesh_tensorflow.transformer import transformer
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+from mtf_talking_heads import compat
+
+DEFAULTS_GIN = os.path.join(os.path.dirname(transformer.__file__), "gin",
+                            "defaults.gin")
+
+
+def parse_mtf_defaults():
+  """Parses mtf's defaults.gin once (LayerStack sublayers etc.), no dropout."""
+  if not getattr(parse_mtf_defaults, "done", False):
+    with gin.unlock_config():
+      gin.parse_config_file(DEFAULTS_GIN)
+      gin.parse_config("dropout_rate = 0.0")
+    parse_mtf_defaults.done = True
+
+
+def mesh_impl(mesh_shape, layout):
+  """PlacementMeshImpl over logical CPU devices for `mesh_shape`."""
+  shape = mtf.convert_to_shape(mesh_shape)
+  devices = compat.split_cpu(max(shape.size, 1))
+  return mtf.placement_mesh_impl.PlacementMeshImpl(
+      shape, mtf.convert_to_layout_rules(layout), devices[:max(shape.size, 1)])
+
+
+class Harness(object):
+  """A Unitransformer over `layers`, lowered on `mesh_shape` with `layout`.
+
+  Attributes after construction:
+    graph: the tf.Graph; lowering: the mtf.Lowering (counters etc.);
+    outputs: {"loss", "logits"} tf tensors; grads: {variable name: tf tensor};
+    train_op: one SGD step (if optimizer_step=True).
+  """
+
+  def __init__(self, layers, d_model=16, vocab=32, batch=4, length=8,
+               mesh_shape="", layout="", autoregressive=True,
+               activation_dtype=tf.float32, master_dtype=tf.float32,
+               seed=1234, optimizer_step=False, learning_rate=0.1,
+               inputs=None, name="decoder", extra_layout_dims=()):
+    del extra_layout_dims
+    parse_mtf_defaults()
+    self.graph = tf.Graph()
+    with self.graph.as_default():
+      tf.set_random_seed(seed)
+      mtf_graph = mtf.Graph()
+      mesh = mtf.Mesh(mtf_graph, "mesh")
+      self.batch_dim = mtf.Dimension("batch", batch)
+      self.length_dim = mtf.Dimension("length", length)
+      self.model = transformer.Unitransformer(
+          layer_stack=transformer.LayerStack(layers), d_model=d_model,
+          input_vocab_size=vocab, output_vocab_size=vocab,
+          autoregressive=autoregressive, max_length=length, name=name)
+      if inputs is None:
+        inputs = np.random.RandomState(seed).randint(1, vocab,
+                                                     size=(batch, length))
+      self.inputs = np.asarray(inputs, np.int32)
+      ids = mtf.import_tf_tensor(
+          mesh, tf.constant(self.inputs), [self.batch_dim, self.length_dim])
+      variable_dtype = mtf.VariableDType(master_dtype, master_dtype,
+                                         activation_dtype)
+      logits, loss = self.model.call_simple(
+          inputs=ids, targets=ids, compute_loss=True, mode="train",
+          variable_dtype=variable_dtype)
+      variables = mtf_graph.trainable_variables
+      grads = mtf.gradients([loss], [v.outputs[0] for v in variables])
+      update_ops = []
+      if optimizer_step:
+        update_ops = mtf.optimize.SgdOptimizer(learning_rate).apply_grads(
+            grads, variables)
+      # autostack=False keeps one master per variable, so assign() works
+      self.lowering = mtf.Lowering(
+          mtf_graph, {mesh: mesh_impl(mesh_shape, layout)}, autostack=False)
+      self.outputs = {
+          "loss": self.lowering.export_to_tf_tensor(mtf.cast(loss,
+                                                             tf.float32)),
+          "logits": self.lowering.export_to_tf_tensor(
+              mtf.cast(logits, tf.float32)),
+      }
+      self.grads = {v.name: self.lowering.export_to_tf_tensor(
+          mtf.cast(g, tf.float32)) for v, g in zip(variables, grads)}
+      self.variables = {v.name: self.lowering.export_to_tf_tensor(
+          v.outputs[0]) for v in variables}
+      self.train_op = (tf.group([self.lowering.lowered_operation(op)
+                                 for op in update_ops])
+                       if update_ops else None)
+      self._mtf_variables = variables
+      self.init_op = tf.global_variables_initializer()
+      self.copy_op = self.lowering.copy_masters_to_slices()
+      self.session = tf.Session(graph=self.graph)
+      self.session.run(self.init_op)
+      self.session.run(self.copy_op)
+
+  @property
+  def counters(self):
+    """mtf's exact per-collective element counts for this lowering."""
+    return dict(self.lowering.counters)
+
+  def variable_values(self):
+    return self.session.run(self.variables)
+
+  def assign(self, values):
+    """Sets variables {name: ndarray} (names as in self.variables)."""
+    with self.graph.as_default():
+      for v in self._mtf_variables:
+        if v.name in values:
+          v.get_master().load(values[v.name], self.session)
+      self.session.run(self.copy_op)
+
+  def fetch(self, names=("loss", "logits")):
+    """Runs and returns {name: value} for output or gradient names."""
+    table = dict(self.outputs)
+    table.update({"grad:" + k: v for k, v in self.grads.items()})
+    return self.session.run({n: table[n] for n in names})
+
+  def step(self):
+    """Runs one optimizer step (optimizer_step=True) and re-copies slices."""
+    self.session.run(self.train_op)
+
+  def close(self):
+    self.session.close()
