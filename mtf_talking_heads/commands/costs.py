@@ -1,0 +1,152 @@
+"""Parameters and multiplies per attention layer (paper section 5).
+
+  mtf_th costs --variant talking_heads --heads_k 24 --heads 24 --heads_v 24 \\
+      --d_k 32 --d_v 32 --d_model 768 --length 512
+  mtf_th costs --paper_table t5_heads --format md
+
+One header line and one row (csv by default, --format md for a markdown
+table) with the columns variant,heads_k,heads,heads_v,d_k,d_v,params,
+multiplies.  With --dynamic the variant cell reads e.g. talking_heads+x2l.
+--paper_table NAME prints every row of one of the paper's tables with the
+extra columns paper_params,paper_multiplies,match; those rows are counted the
+paper's way (dynamic terms folded, see docs/costs.md).  Bad arguments exit
+with status 2 and one message on stderr.
+"""
+import argparse
+import csv
+import io
+import sys
+
+from mtf_talking_heads import costs
+
+PROG = "mtf_th costs"
+_CONFIG_FLAGS = ("variant", "dynamic", "heads_k", "heads", "heads_v", "d_k",
+                 "d_v", "d_model", "length")
+_PAPER_COLUMNS = ("paper_params", "paper_multiplies", "match")
+
+
+class _UsageError(Exception):
+  pass
+
+
+class _Parser(argparse.ArgumentParser):
+
+  def error(self, message):
+    raise _UsageError(message)
+
+
+def _build_parser():
+  parser = _Parser(
+      prog=PROG,
+      description="Parameters and multiplies per attention layer, by the "
+      "formulas of the Talking-Heads Attention paper (n = m = length, "
+      "d_X = d_M = d_Y = d_model).  See docs/costs.md.")
+  parser.add_argument("--variant", choices=costs.VARIANTS)
+  parser.add_argument(
+      "--dynamic", metavar="TERMS",
+      help="comma-separated dynamic projections, a subset of %s "
+      "(talking_heads; x2l/m2l also with project_logits, x2w/m2w with "
+      "project_weights)" % ",".join(costs.DYNAMIC_TERMS))
+  parser.add_argument(
+      "--fold_dynamic", action="store_true",
+      help="count each dynamic term as folded into the static projection's "
+      "einsum, as the paper's tables do (default: the pseudocode's count)")
+  parser.add_argument("--heads_k", type=int, metavar="N",
+                      help="h_k (default: --heads)")
+  parser.add_argument("--heads", type=int, metavar="N", help="h")
+  parser.add_argument("--heads_v", type=int, metavar="N",
+                      help="h_v (default: --heads)")
+  parser.add_argument("--d_k", type=int, metavar="N",
+                      help="key size per head (general_bilinear: d_model)")
+  parser.add_argument("--d_v", type=int, metavar="N",
+                      help="value size per head (general_bilinear: d_model)")
+  parser.add_argument("--d_model", type=int, metavar="N")
+  parser.add_argument("--length", type=int, metavar="N", help="n = m")
+  parser.add_argument("--format", choices=("csv", "md"), default="csv")
+  parser.add_argument(
+      "--paper_table", choices=tuple(costs.PAPER_TABLES), metavar="NAME",
+      help="print every row of a paper table next to the printed figures: "
+      + ", ".join("%s (%s)" % (k, t.tex_label)
+                  for k, t in costs.PAPER_TABLES.items()))
+  return parser
+
+
+def _variant_cell(variant, dynamic):
+  return "+".join((variant,) + tuple(dynamic))
+
+
+def _format(columns, rows, fmt):
+  if fmt == "md":
+    lines = ["| " + " | ".join(columns) + " |",
+             "|" + "|".join("---" if c == "variant" else "---:"
+                            for c in columns) + "|"]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+  out = io.StringIO()
+  writer = csv.writer(out, lineterminator="\n")
+  writer.writerow(columns)
+  writer.writerows(rows)
+  return out.getvalue()
+
+
+def _match_cell(result):
+  if result["params_match"] and result["multiplies_match"]:
+    return "yes"
+  return "no:" + "+".join(
+      k for k in ("params", "multiplies") if not result[k + "_match"])
+
+
+def _paper_rows(name):
+  rows = []
+  for row in costs.PAPER_TABLES[name].rows:
+    result = costs.paper_row_costs(row)
+    cells = [result[c] for c in costs.COLUMNS]
+    cells[0] = _variant_cell(row.variant, row.dynamic)
+    cells += [row.params, "%.3e" % row.multiplies, _match_cell(result)]
+    rows.append(cells)
+  return rows
+
+
+def _run(args):
+  """Returns the text to print; raises _UsageError or ValueError."""
+  if args.paper_table:
+    given = ["--" + f for f in _CONFIG_FLAGS if getattr(args, f) is not None]
+    if args.fold_dynamic:
+      given.append("--fold_dynamic")
+    if given:
+      raise _UsageError(
+          "--paper_table prints the paper's own rows; drop %s"
+          % " ".join(given))
+    return _format(costs.COLUMNS + _PAPER_COLUMNS,
+                   _paper_rows(args.paper_table), args.format)
+  missing = ["--" + f for f in ("variant", "heads", "d_model", "length")
+             if getattr(args, f) is None]
+  if missing:
+    raise _UsageError(
+        "missing %s (or use --paper_table NAME)" % ", ".join(missing))
+  terms = costs.attention_terms(
+      args.variant, args.heads_k, args.heads, args.heads_v, args.d_k,
+      args.d_v, args.d_model, args.length,
+      dynamic=args.dynamic or (), fold_dynamic=args.fold_dynamic)
+  result = costs.total_costs(terms)
+  cells = [result[c] for c in costs.COLUMNS]
+  cells[0] = _variant_cell(terms["variant"], terms["dynamic"])
+  return _format(costs.COLUMNS, [cells], args.format)
+
+
+def main(argv=None):
+  argv = list(sys.argv[1:] if argv is None else argv)
+  try:
+    args = _build_parser().parse_args(argv)
+    text = _run(args)
+  except SystemExit as e:  # --help
+    return e.code or 0
+  except (_UsageError, ValueError) as e:
+    print("%s: error: %s" % (PROG, e), file=sys.stderr)
+    return 2
+  sys.stdout.write(text)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

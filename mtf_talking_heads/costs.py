@@ -1,0 +1,425 @@
+"""Parameters and multiplies per attention layer, by the paper's formulas.
+
+Pure Python (no TensorFlow): safe to import anywhere, e.g. from a test that
+compares these counts with the variables an mtf layer creates.
+
+The counts follow the pseudocode of "Talking-Heads Attention" (Shazeer et al.
+2020), sections 3-6 and appendix A, with n = m = ``length`` and
+d_X = d_M = d_Y = ``d_model``:
+
+  * params: the sizes of the learned tensors P_q, P_k, P_v, P_o (plus P_l,
+    P_w and the dynamic-projection generators P_Xl, P_Ml, P_Xw, P_Mw where
+    the variant has them; P and Q for general bilinear attention).
+  * multiplies: the cost of every einsum of the pseudocode, line by line, as
+    given in its comments (the product of all dimensions involved).
+
+Two figures in the paper do not follow from its pseudocode (docs/costs.md):
+
+  * Dynamic projections (tables tab:dp, tab:dp_individual) are counted as if
+    every dynamic term were added to the static projection before a single
+    einsum; ``fold_dynamic=True`` reproduces that, the default counts the
+    pseudocode's separate n*m*h*h_k (or n*m*h*h_v) einsum per dynamic term.
+  * General bilinear attention (table tab:t5) is printed as 7.650e9; the
+    pseudocode's cheapest evaluation order costs 1.208e10, which is what we
+    report (``paper_multiplies_note`` below).
+
+Example:
+  >>> attention_costs("talking_heads", 24, 24, 24, 32, 32, d_model=768,
+  ...                 length=512)["multiplies"]
+  1912602624
+"""
+import collections
+import numbers
+
+VARIANTS = ("multi_head", "talking_heads", "project_logits",
+            "project_weights", "general_bilinear")
+DYNAMIC_TERMS = ("x2l", "m2l", "x2w", "m2w")
+COLUMNS = ("variant", "heads_k", "heads", "heads_v", "d_k", "d_v",
+           "params", "multiplies")
+
+# Which variants have a logits projection P_l[h_k, h] / weights projection
+# P_w[h, h_v]; a dynamic term needs the projection it adds to.
+_HAS_P_L = ("talking_heads", "project_logits")
+_HAS_P_W = ("talking_heads", "project_weights")
+_LOGITS_TERMS = ("x2l", "m2l")
+_WEIGHTS_TERMS = ("x2w", "m2w")
+# Dynamic term -> (generator name, R name, dynamic-einsum name, source).
+_DYNAMIC_NAMES = {
+    "x2l": ("P_Xl", "R_Xl", "L_Xl", "X"),
+    "m2l": ("P_Ml", "R_Ml", "L_Ml", "M"),
+    "x2w": ("P_Xw", "R_Xw", "U_Xw", "X"),
+    "m2w": ("P_Mw", "R_Mw", "U_Mw", "M"),
+}
+
+
+def _product(factors):
+  result = 1
+  for f in factors:
+    result *= f
+  return result
+
+
+def _positive_int(name, value, hint=""):
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    raise ValueError("%s must be a positive integer, got %r%s"
+                     % (name, value, hint))
+  if value <= 0:
+    raise ValueError("%s must be a positive integer, got %d%s"
+                     % (name, value, hint))
+  return int(value)
+
+
+def _tied(name, value, variant, heads, why):
+  """heads_k / heads_v of a variant where it must equal heads."""
+  if value is None:
+    return heads
+  value = _positive_int(name, value)
+  if value != heads:
+    raise ValueError(
+        "%s=%d conflicts with heads=%d: variant %r %s, so %s = heads; "
+        "leave %s unset or set it to %d"
+        % (name, value, heads, variant, why, name, name, heads))
+  return value
+
+
+def _parse_dynamic(dynamic):
+  """A tuple of dynamic terms in canonical order (from a sequence or 'a,b')."""
+  if dynamic is None:
+    return ()
+  if isinstance(dynamic, str):
+    items = [t.strip() for t in dynamic.split(",") if t.strip()]
+  else:
+    try:
+      items = list(dynamic)
+    except TypeError:
+      raise ValueError("dynamic must be a sequence of terms from %s (or a "
+                       "comma-separated string), got %r"
+                       % (", ".join(DYNAMIC_TERMS), dynamic)) from None
+  for term in items:
+    if term not in DYNAMIC_TERMS:
+      raise ValueError("dynamic term %r is unknown; choose a subset of %s"
+                       % (term, ", ".join(DYNAMIC_TERMS)))
+  repeated = sorted({t for t in items if items.count(t) > 1})
+  if repeated:
+    raise ValueError("dynamic lists %s more than once; give each term once"
+                     % ", ".join(repeated))
+  return tuple(t for t in DYNAMIC_TERMS if t in items)
+
+
+def resolve_config(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
+                   length, dynamic=(), fold_dynamic=False):
+  """Validates the arguments of attention_costs; returns them normalized.
+
+  heads_k / heads_v may be None: they then take the value the variant implies
+  (heads).  For general_bilinear d_k / d_v may be None and become d_model.
+  Raises ValueError naming the offending parameter and the fix; nothing is
+  computed before every argument has been checked.
+  """
+  if not isinstance(variant, str) or variant not in VARIANTS:
+    hint = ""
+    if isinstance(variant, str) and variant.replace("-", "_") in VARIANTS:
+      hint = " (did you mean %r?)" % variant.replace("-", "_")
+    raise ValueError("variant=%r is not supported%s; choose one of: %s"
+                     % (variant, hint, ", ".join(VARIANTS)))
+  heads = _positive_int("heads", heads)
+  d_model = _positive_int("d_model", d_model)
+  length = _positive_int("length", length)
+
+  if variant in _HAS_P_L:
+    heads_k = heads if heads_k is None else _positive_int("heads_k", heads_k)
+  elif variant == "project_weights":
+    heads_k = _tied("heads_k", heads_k, variant, heads,
+                    "has no logits projection P_l[h_k, h]")
+  else:
+    heads_k = _tied("heads_k", heads_k, variant, heads,
+                    "has a single heads dimension")
+  if variant in _HAS_P_W:
+    heads_v = heads if heads_v is None else _positive_int("heads_v", heads_v)
+  elif variant == "project_logits":
+    heads_v = _tied("heads_v", heads_v, variant, heads,
+                    "has no weights projection P_w[h, h_v]")
+  else:
+    heads_v = _tied("heads_v", heads_v, variant, heads,
+                    "has a single heads dimension")
+
+  if variant == "general_bilinear":
+    for name, value in (("d_k", d_k), ("d_v", d_v)):
+      if value is not None and (
+          isinstance(value, bool) or value != d_model):
+        raise ValueError(
+            "%s=%r conflicts with d_model=%d: general_bilinear has no "
+            "separate key/value projections (its P[d_X, d_M, h] and "
+            "Q[d_M, d_Y, h] act on d_model), so %s = d_model; leave %s unset "
+            "or set it to %d" % (name, value, d_model, name, name, d_model))
+    d_k = d_v = d_model
+  else:
+    for name, value, what in (("d_k", d_k, "key"), ("d_v", d_v, "value")):
+      if value is None:
+        raise ValueError("%s is required for variant %r (the per-head %s "
+                         "size, e.g. 64)" % (name, variant, what))
+    d_k = _positive_int("d_k", d_k)
+    d_v = _positive_int("d_v", d_v)
+
+  dynamic = _parse_dynamic(dynamic)
+  for term in dynamic:
+    if variant not in _HAS_P_L + _HAS_P_W:
+      raise ValueError(
+          "dynamic=%s needs a talking-heads projection, which variant %r "
+          "does not have; use variant='talking_heads' (or drop dynamic)"
+          % (",".join(dynamic), variant))
+    if term in _LOGITS_TERMS and variant not in _HAS_P_L:
+      raise ValueError(
+          "dynamic term %r adds to the logits projection P_l, which variant "
+          "%r does not have; use variant='talking_heads' or "
+          "'project_logits', or drop %r" % (term, variant, term))
+    if term in _WEIGHTS_TERMS and variant not in _HAS_P_W:
+      raise ValueError(
+          "dynamic term %r adds to the weights projection P_w, which variant "
+          "%r does not have; use variant='talking_heads' or "
+          "'project_weights', or drop %r" % (term, variant, term))
+  if not isinstance(fold_dynamic, bool):
+    raise ValueError("fold_dynamic must be True or False, got %r"
+                     % (fold_dynamic,))
+  return dict([
+      ("variant", variant), ("heads_k", heads_k), ("heads", heads),
+      ("heads_v", heads_v), ("d_k", d_k), ("d_v", d_v), ("d_model", d_model),
+      ("length", length), ("dynamic", dynamic),
+      ("fold_dynamic", fold_dynamic)])
+
+
+def attention_terms(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
+                    length, dynamic=(), fold_dynamic=False):
+  """The itemized costs behind attention_costs (same arguments).
+
+  Returns the resolved configuration (see resolve_config) plus
+    "params":     {tensor name: shape}  e.g. "P_q": (d_model, d_k, h_k)
+    "multiplies": {einsum name: factors} e.g. "J": (n, m, d_k, h_k)
+  in the order of the paper's pseudocode.  A tensor's parameter count is the
+  product of its shape, an einsum's cost the product of its factors.  Shapes
+  list the paper's dims (d_X/d_M/d_Y are d_model); compare them with mtf
+  variables as multisets, since mtf may order the dims differently.
+
+  Tensor names follow the paper: P_q, P_k, P_v, P_o, P_l, P_w, P_Xl, P_Ml,
+  P_Xw, P_Mw (general bilinear: P, Q).  Einsum names are the tensor each one
+  produces: Q, K, V, J (the dot products; called L when no P_l follows), L,
+  U, O, Y, R_Xl ... R_Mw (dynamic projections), and L_Xl, L_Ml, U_Xw, U_Mw
+  for the einsum of J (or W) with R_Xl, R_Ml (R_Xw, R_Mw) -- the latter are
+  left out when fold_dynamic is True.  General bilinear: XP = X.P, L = XP.M,
+  WM = W.M, Y = WM.Q.
+  """
+  cfg = resolve_config(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
+                       length, dynamic, fold_dynamic)
+  h_k, h, h_v = cfg["heads_k"], cfg["heads"], cfg["heads_v"]
+  d_k, d_v, d = cfg["d_k"], cfg["d_v"], cfg["d_model"]
+  n = m = cfg["length"]
+  dyn = cfg["dynamic"]
+  params = {}
+  mults = {}
+
+  if variant == "general_bilinear":
+    # Section 6: L = einsum(X, M, P), Y = einsum(W, M, Q); each 3-way einsum
+    # evaluated in its cheapest order (the one mtf's layer uses).
+    params["P"] = (d, d, h)
+    params["Q"] = (d, d, h)
+    mults["XP"] = (n, d, d, h)    # X[n, d_X] . P[d_X, d_M, h] -> [n, d_M, h]
+    mults["L"] = (n, m, d, h)     # . M[m, d_M] -> L[n, m, h]
+    mults["WM"] = (n, m, d, h)    # W[n, m, h] . M[m, d_M] -> [n, d_M, h]
+    mults["Y"] = (n, d, d, h)     # . Q[d_M, d_Y, h] -> Y[n, d_Y]
+  else:
+    has_l = variant in _HAS_P_L
+    has_w = variant in _HAS_P_W
+    params["P_q"] = (d, d_k, h_k)
+    params["P_k"] = (d, d_k, h_k)
+    params["P_v"] = (d, d_v, h_v)
+    params["P_o"] = (d, d_v, h_v)
+    if has_l:
+      params["P_l"] = (h_k, h)
+    for term in dyn:
+      if term in _LOGITS_TERMS:
+        params[_DYNAMIC_NAMES[term][0]] = (d, h_k, h)
+    if has_w:
+      params["P_w"] = (h, h_v)
+    for term in dyn:
+      if term in _WEIGHTS_TERMS:
+        params[_DYNAMIC_NAMES[term][0]] = (d, h, h_v)
+
+    mults["Q"] = (n, d, d_k, h_k)
+    mults["K"] = (m, d, d_k, h_k)
+    mults["V"] = (m, d, d_v, h_v)
+    mults["J" if has_l else "L"] = (n, m, d_k, h_k)
+    for term in dyn:
+      if term in _LOGITS_TERMS:
+        _, r_name, _, src = _DYNAMIC_NAMES[term]
+        mults[r_name] = (n if src == "X" else m, d, h_k, h)
+    if has_l:
+      mults["L"] = (n, m, h, h_k)
+      if not fold_dynamic:
+        for term in dyn:
+          if term in _LOGITS_TERMS:
+            mults[_DYNAMIC_NAMES[term][2]] = (n, m, h, h_k)
+    for term in dyn:
+      if term in _WEIGHTS_TERMS:
+        _, r_name, _, src = _DYNAMIC_NAMES[term]
+        mults[r_name] = (n if src == "X" else m, d, h, h_v)
+    if has_w:
+      mults["U"] = (n, m, h, h_v)
+      if not fold_dynamic:
+        for term in dyn:
+          if term in _WEIGHTS_TERMS:
+            mults[_DYNAMIC_NAMES[term][2]] = (n, m, h, h_v)
+    mults["O"] = (n, m, d_v, h_v)
+    mults["Y"] = (n, d, d_v, h_v)
+
+  terms = dict(cfg)
+  terms["params"] = params
+  terms["multiplies"] = mults
+  return terms
+
+
+def attention_costs(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
+                    length, dynamic=(), fold_dynamic=False):
+  """Parameters and multiplies of one attention layer.
+
+  Args:
+    variant: one of VARIANTS.
+    heads_k, heads, heads_v: the paper's h_k, h, h_v.  multi_head and
+      general_bilinear use heads only; project_logits has h_v = h and
+      project_weights h_k = h.  A tied value may be None (or equal to heads).
+    d_k, d_v: key / value size per head; None or d_model for
+      general_bilinear (which reports both as d_model).
+    d_model: d_X = d_M = d_Y.
+    length: n = m (queries = memory positions).
+    dynamic: subset of DYNAMIC_TERMS ("x2l", "m2l", "x2w", "m2w"), as a
+      sequence or a comma-separated string (appendix A).
+    fold_dynamic: count each dynamic term as folded into the static
+      projection's einsum, as the paper's dynamic-projection tables do.
+
+  Returns:
+    dict with keys COLUMNS: variant, heads_k, heads, heads_v, d_k, d_v (the
+    resolved values), params, multiplies (ints).
+
+  Raises:
+    ValueError: naming the bad parameter and how to fix it.
+  """
+  return total_costs(attention_terms(variant, heads_k, heads, heads_v, d_k,
+                                     d_v, d_model, length, dynamic,
+                                     fold_dynamic))
+
+
+def total_costs(terms):
+  """attention_costs' dict from an attention_terms result."""
+  result = {k: terms[k] for k in COLUMNS if k not in ("params", "multiplies")}
+  result["params"] = sum(_product(s) for s in terms["params"].values())
+  result["multiplies"] = sum(_product(f) for f in terms["multiplies"].values())
+  return result
+
+
+def round_sig4(x):
+  """x to the 4 significant digits the paper prints (1.611e9)."""
+  return float("%.3e" % x)
+
+
+# ---------------------------------------------------------------------------
+# The paper's tables (d_model = 768, n = m = 512), as printed.
+# heads_k / heads_v are None where the paper leaves them blank.  multiplies is
+# the printed value (4 significant digits).  The dynamic-projection tables
+# count multiplies with fold_dynamic=True (see module docstring).
+
+PaperRow = collections.namedtuple(
+    "PaperRow", ["label", "variant", "heads_k", "heads", "heads_v", "d_k",
+                 "d_v", "dynamic", "params", "multiplies"])
+PaperTable = collections.namedtuple(
+    "PaperTable", ["tex_label", "caption", "rows"])
+
+PAPER_D_MODEL = 768
+PAPER_LENGTH = 512
+_ALL_DYN = DYNAMIC_TERMS
+
+
+def _rows(*rows):
+  return tuple(PaperRow(*r) for r in rows)
+
+
+PAPER_TABLES = dict([
+    ("t5_heads", PaperTable(
+        "tab:t5", "Table 1: Multi-Head vs. Talking-Heads attention on T5",
+        _rows(
+            ("multi-head", "multi_head", None, 6, None, 128, 128, (), 2359296, 1.611e9),
+            ("multi-head", "multi_head", None, 12, None, 64, 64, (), 2359296, 1.611e9),
+            ("multi-head", "multi_head", None, 24, None, 32, 32, (), 2359296, 1.611e9),
+            ("multi-head", "multi_head", None, 48, None, 16, 16, (), 2359296, 1.611e9),
+            ("talking-heads", "talking_heads", 6, 6, 6, 128, 128, (), 2359368, 1.629e9),
+            ("talking-heads", "talking_heads", 12, 12, 12, 64, 64, (), 2359584, 1.686e9),
+            ("talking-heads", "talking_heads", 24, 24, 24, 32, 32, (), 2360448, 1.913e9),
+            ("talking-heads", "talking_heads", 48, 48, 48, 16, 16, (), 2363904, 2.819e9),
+            ("multi-head", "multi_head", None, 24, None, 64, 64, (), 4718592, 3.221e9),
+            ("general bilinear", "general_bilinear", None, 12, None, 768, 768, (), 14155776, 7.650e9),
+            ("raffel2019", "multi_head", None, 12, None, 64, 64, (), 2359296, 1.611e9),
+        ))),
+    ("t5_heads_dims", PaperTable(
+        "tab:t5_2", "Table 2: the three heads dimensions vary independently",
+        _rows(
+            ("talking-heads", "talking_heads", 6, 6, 6, 128, 128, (), 2359368, 1.629e9),
+            ("talking-heads", "talking_heads", 6, 24, 6, 128, 128, (), 2359584, 1.686e9),
+            ("talking-heads", "talking_heads", 24, 6, 24, 32, 32, (), 2359584, 1.686e9),
+            ("talking-heads", "talking_heads", 6, 24, 24, 128, 32, (), 2360016, 1.799e9),
+            ("talking-heads", "talking_heads", 24, 24, 6, 32, 128, (), 2360016, 1.799e9),
+            ("talking-heads", "talking_heads", 24, 24, 24, 32, 32, (), 2360448, 1.913e9),
+        ))),
+    ("t5_logits_weights", PaperTable(
+        "tab:t5_3", "Table 3: logits-projection only and weights-projection only",
+        _rows(
+            ("multi-head", "multi_head", None, 24, None, 32, 32, (), 2359296, 1.611e9),
+            ("project logits", "project_logits", 24, 24, None, 32, 32, (), 2359872, 1.762e9),
+            ("project weights", "project_weights", None, 24, 24, 32, 32, (), 2359872, 1.762e9),
+            ("talking-heads", "talking_heads", 24, 24, 24, 32, 32, (), 2360448, 1.913e9),
+        ))),
+    ("dp", PaperTable(
+        "tab:dp", "Appendix A: dynamic-projections results on T5",
+        _rows(
+            ("multi-head", "multi_head", None, 12, None, 64, 64, (), 2359296, 1.611e9),
+            ("talking-heads", "talking_heads", 12, 12, 12, 64, 64, (), 2359584, 1.686e9),
+            ("dyn. proj.", "talking_heads", 12, 12, 12, 64, 64, _ALL_DYN, 2801952, 1.913e9),
+            ("multi-head", "multi_head", None, 24, None, 32, 32, (), 2359296, 1.611e9),
+            ("talking-heads", "talking_heads", 24, 24, 24, 32, 32, (), 2360448, 1.913e9),
+            ("dynamic proj.", "talking_heads", 24, 24, 24, 32, 32, _ALL_DYN, 4129920, 2.819e9),
+        ))),
+    ("dp_individual", PaperTable(
+        "tab:dp_individual",
+        "Appendix A: one dynamic projection at a time",
+        _rows(
+            ("talking-heads", "talking_heads", 12, 12, 12, 64, 64, (), 2359584, 1.686e9),
+            ("dyn. proj. P_Xl", "talking_heads", 12, 12, 12, 64, 64, ("x2l",), 2470176, 1.743e9),
+            ("dyn. proj. P_Xw", "talking_heads", 12, 12, 12, 64, 64, ("x2w",), 2470176, 1.743e9),
+            ("dyn. proj. P_Ml", "talking_heads", 12, 12, 12, 64, 64, ("m2l",), 2470176, 1.743e9),
+            ("dyn. proj. P_Mw", "talking_heads", 12, 12, 12, 64, 64, ("m2w",), 2470176, 1.743e9),
+            ("dyn. proj.", "talking_heads", 12, 12, 12, 64, 64, _ALL_DYN, 2801952, 1.913e9),
+        ))),
+])
+
+# Printed figures that do not follow from the paper's pseudocode:
+# (variant, what we count instead).  Everything else matches exactly.
+PAPER_MISMATCHES = {
+    "general_bilinear": (
+        "multiplies: the paper prints 7.650e9 = 2*n*d^2*h + 2*n*m*d, i.e. "
+        "its n*m*d_M*h contractions without the factor h; the pseudocode "
+        "costs 2*n*d^2*h + 2*n*m*d*h = 1.208e10"),
+}
+
+
+def paper_row_costs(row):
+  """Our costs for a PaperRow, counted the paper's way (fold_dynamic=True).
+
+  Returns attention_costs' dict plus paper_params, paper_multiplies and
+  params_match / multiplies_match (multiplies compared at the paper's 4
+  significant digits).
+  """
+  result = attention_costs(
+      row.variant, row.heads_k, row.heads, row.heads_v, row.d_k, row.d_v,
+      PAPER_D_MODEL, PAPER_LENGTH, dynamic=row.dynamic, fold_dynamic=True)
+  result["paper_params"] = row.params
+  result["paper_multiplies"] = row.multiplies
+  result["params_match"] = result["params"] == row.params
+  result["multiplies_match"] = (
+      round_sig4(result["multiplies"]) == row.multiplies)
+  return result
