@@ -42,6 +42,11 @@ def mesh_impl(mesh_shape, layout):
       shape, mtf.convert_to_layout_rules(layout), devices[:max(shape.size, 1)])
 
 
+def _to_export_dtype(x):
+  """x cast to float32 for export, unless it is float64 (kept for precision)."""
+  return x if x.dtype == tf.float64 else mtf.cast(x, tf.float32)
+
+
 class Harness(object):
   """A Unitransformer over `layers`, lowered on `mesh_shape` with `layout`.
 
@@ -86,17 +91,18 @@ class Harness(object):
       if optimizer_step:
         update_ops = mtf.optimize.SgdOptimizer(learning_rate).apply_grads(
             grads, variables)
+      # exported as float32 (float64 stays float64); the casts are mtf ops,
+      # so they must exist before lowering
+      exported = {"loss": _to_export_dtype(loss),
+                  "logits": _to_export_dtype(logits)}
+      exported_grads = [_to_export_dtype(g) for g in grads]
       # autostack=False keeps one master per variable, so assign() works
       self.lowering = mtf.Lowering(
           mtf_graph, {mesh: mesh_impl(mesh_shape, layout)}, autostack=False)
-      self.outputs = {
-          "loss": self.lowering.export_to_tf_tensor(mtf.cast(loss,
-                                                             tf.float32)),
-          "logits": self.lowering.export_to_tf_tensor(
-              mtf.cast(logits, tf.float32)),
-      }
-      self.grads = {v.name: self.lowering.export_to_tf_tensor(
-          mtf.cast(g, tf.float32)) for v, g in zip(variables, grads)}
+      self.outputs = {name: self.lowering.export_to_tf_tensor(t)
+                      for name, t in exported.items()}
+      self.grads = {v.name: self.lowering.export_to_tf_tensor(g)
+                    for v, g in zip(variables, exported_grads)}
       self.variables = {v.name: self.lowering.export_to_tf_tensor(
           v.outputs[0]) for v in variables}
       self.train_op = (tf.group([self.lowering.lowered_operation(op)
