@@ -1,0 +1,65 @@
+"""Heatmaps of every layer's learned P_l, P_w, P_l x P_w, with |det| and smallest singular value.
+
+  mtf_th visualize --model_dir /tmp/th_run [--output_dir /tmp/pictures]
+
+Reads the latest checkpoint in --model_dir (or a checkpoint prefix such as
+/tmp/th_run/model.ckpt-1000), writes projections.png (the paper's figure: one
+row per attention layer, columns P_l, P_w and P_l x P_w, each divided by its
+largest |entry|) and projections.csv (layer, matrix, rows, cols, max_abs,
+abs_det, min_singular, max_singular) to --output_dir (default: the model
+dir), and prints the |det| / smallest-singular-value table.  A checkpoint
+without P_l / P_w (multi-head) is an error (exit status 2).
+"""
+import argparse
+import sys
+
+PROG = "mtf_th visualize"
+
+
+class _UsageError(Exception):
+  pass
+
+
+class _Parser(argparse.ArgumentParser):
+
+  def error(self, message):
+    raise _UsageError(message)
+
+
+def _build_parser():
+  parser = _Parser(
+      prog=PROG,
+      description="Draw the learned talking-heads projections of a "
+      "checkpoint as in the paper's figure, and report their conditioning.")
+  parser.add_argument("--model_dir", required=True,
+                      help="training directory (latest checkpoint is read) "
+                      "or a checkpoint prefix")
+  parser.add_argument("--output_dir",
+                      help="where projections.png / projections.csv go "
+                      "(default: --model_dir)")
+  return parser
+
+
+def main(argv=None):
+  argv = list(sys.argv[1:] if argv is None else argv)
+  try:
+    args = _build_parser().parse_args(argv)
+  except SystemExit as e:  # --help
+    return e.code or 0
+  except _UsageError as e:
+    print("%s: error: %s" % (PROG, e), file=sys.stderr)
+    return 2
+  from mtf_talking_heads import visualize  # pylint: disable=g-import-not-at-top
+  try:
+    result = visualize.visualize(args.model_dir, args.output_dir)
+  except ValueError as e:
+    print("%s: error: %s" % (PROG, e), file=sys.stderr)
+    return 2
+  print("checkpoint: %s" % result["checkpoint"])
+  sys.stdout.write(visualize.format_stats(result["stats"]))
+  print("wrote %s\nwrote %s" % (result["png"], result["csv"]))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,284 @@
+"""What the heads say to each other: the learned P_l, P_w of a checkpoint.
+
+Reproduces the paper's figure "Visualization of the learned projection
+matrices P_l, P_w, and the multiplication P_l x P_w" (section "Visualizing
+the Projection Matrices of Talking-Heads"): one row per attention layer,
+three heatmaps per row, every matrix divided by its largest absolute entry so
+that it lies in [-1, 1].  Beside the picture it reports what the paper
+reports about conditioning ("magnitude of determinant above 1e-9 with
+smallest eigenvalue above 1e-3" for BERT): each matrix's |det| and smallest
+singular value.
+
+Only the checkpoint is read (tf.train.load_checkpoint), no graph is built, so
+any model whose attention layers name their variables ``.../p_l`` and
+``.../p_w`` (layers.py) can be inspected, e.g.
+
+  encoder/block_000/layer_000/TalkingHeadsAttention/p_l  [heads_k, heads]
+  encoder/block_000/layer_000/TalkingHeadsAttention/p_w  [heads, heads_v]
+
+P_l x P_w is the [heads_k, heads_v] matrix einsum(P_l[h_k, h], P_w[h, h_v]):
+what a logit of key/query head i would contribute to value head j if the
+softmax between the two projections were linear.
+
+Example:
+  layers = read_projections("/tmp/th_model")
+  rows = projection_stats(layers)        # [{"layer", "matrix", "abs_det", ...}]
+  plot_projections(layers, "/tmp/th_model/projections.png")
+"""
+import collections
+import csv
+import os
+
+import numpy as np
+
+# Variable-name leaf of each talking-heads projection (layers.py).
+P_L, P_W = "p_l", "p_w"
+MATRICES = ("P_l", "P_w", "P_l x P_w")
+STATS_COLUMNS = ("layer", "matrix", "rows", "cols", "max_abs", "abs_det",
+                 "min_singular", "max_singular")
+
+LayerProjections = collections.namedtuple(
+    "LayerProjections", ["layer", "p_l", "p_w"])
+LayerProjections.__doc__ = """P_l and P_w of one attention layer.
+
+Attributes:
+  layer: the variable scope, e.g. "encoder/block_000/layer_000/TalkingHeadsAttention".
+  p_l: float64 array [heads_k, heads], or None (weights-projection only).
+  p_w: float64 array [heads, heads_v], or None (logits-projection only).
+"""
+
+
+def latest_checkpoint(model_dir):
+  """The checkpoint prefix to read: the latest one in `model_dir`.
+
+  Args:
+    model_dir: a training directory (with a `checkpoint` index file), or a
+      checkpoint prefix such as ".../model.ckpt-1000".
+
+  Returns:
+    the checkpoint prefix.
+
+  Raises:
+    ValueError: naming model_dir, if it holds no checkpoint.
+  """
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+  if os.path.isdir(model_dir):
+    path = tf.train.latest_checkpoint(model_dir)
+    if path is None:
+      raise ValueError(
+          "model_dir=%r has no checkpoint (no 'checkpoint' file naming a "
+          "model.ckpt-N); train first, or pass a checkpoint prefix such as "
+          "%s/model.ckpt-1000" % (model_dir, model_dir))
+    return path
+  if tf.io.gfile.exists(model_dir + ".index"):
+    return model_dir
+  raise ValueError("model_dir=%r is neither a directory nor a checkpoint "
+                   "prefix (no %s.index)" % (model_dir, model_dir))
+
+
+def _as_matrix(name, value):
+  value = np.asarray(value, dtype=np.float64)
+  if value.ndim != 2:
+    raise ValueError(
+        "variable %r has shape %s; a talking-heads projection is a matrix "
+        "(ensembles are not supported)" % (name, value.shape))
+  return value
+
+
+def _layer_order(scope):
+  """Encoder layers first, then decoder, then anything else; by name within."""
+  stack = scope.split("/", 1)[0]
+  return ({"encoder": 0, "decoder": 1}.get(stack, 2), scope)
+
+
+def read_projections(model_dir):
+  """Every layer's P_l and P_w from the latest checkpoint of `model_dir`.
+
+  Args:
+    model_dir: a training directory or a checkpoint prefix.
+
+  Returns:
+    (checkpoint prefix, [LayerProjections]: encoder layers, then decoder
+    layers, then any other stack, each in variable-name order).
+
+  Raises:
+    ValueError: if there is no checkpoint, or no variable named .../p_l or
+      .../p_w in it (e.g. a multi-head model).
+  """
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+  path = latest_checkpoint(model_dir)
+  reader = tf.train.load_checkpoint(path)
+  found = collections.defaultdict(dict)
+  for name in sorted(reader.get_variable_to_shape_map()):
+    scope, _, leaf = name.rpartition("/")
+    if leaf in (P_L, P_W):
+      found[scope][leaf] = _as_matrix(name, reader.get_tensor(name))
+  if not found:
+    raise ValueError(
+        "checkpoint %s has no talking-heads projections (no variable named "
+        ".../%s or .../%s): it is a multi-head or general-bilinear model, "
+        "whose heads do not talk; pass the model_dir of a talking_heads, "
+        "project_logits, project_weights or dynamic_projections model"
+        % (path, P_L, P_W))
+  layers = []
+  for scope in sorted(found, key=_layer_order):
+    p_l, p_w = found[scope].get(P_L), found[scope].get(P_W)
+    if p_l is not None and p_w is not None and p_l.shape[1] != p_w.shape[0]:
+      raise ValueError(
+          "layer %s: P_l is %s and P_w is %s; their shared `heads` dims "
+          "differ" % (scope, p_l.shape, p_w.shape))
+    layers.append(LayerProjections(scope, p_l, p_w))
+  return path, layers
+
+
+def layer_matrices(layer):
+  """{"P_l", "P_w", "P_l x P_w": array or None} for one LayerProjections."""
+  product = None
+  if layer.p_l is not None and layer.p_w is not None:
+    product = layer.p_l @ layer.p_w  # [h_k, h] x [h, h_v] -> [h_k, h_v]
+  return dict(zip(MATRICES, (layer.p_l, layer.p_w, product)))
+
+
+def normalized(matrix):
+  """`matrix` divided by its largest absolute entry: entries in [-1, 1]."""
+  scale = np.max(np.abs(matrix))
+  return matrix / scale if scale > 0 else matrix
+
+
+def matrix_stats(matrix):
+  """Conditioning figures of one matrix, as the paper reports them.
+
+  Args:
+    matrix: a 2-d float array.
+
+  Returns:
+    dict(rows, cols, max_abs, abs_det, min_singular, max_singular).  abs_det
+    is None for a non-square matrix (e.g. P_l with heads_k != heads); the
+    singular values are of the raw (not normalized) matrix.
+  """
+  singular = np.linalg.svd(matrix, compute_uv=False)
+  rows, cols = matrix.shape
+  return dict(
+      rows=rows, cols=cols, max_abs=float(np.max(np.abs(matrix))),
+      abs_det=(float(abs(np.linalg.det(matrix))) if rows == cols else None),
+      min_singular=float(singular.min()), max_singular=float(singular.max()))
+
+
+def projection_stats(layers):
+  """One dict per (layer, matrix) with STATS_COLUMNS as keys."""
+  rows = []
+  for layer in layers:
+    for name, matrix in layer_matrices(layer).items():
+      if matrix is not None:
+        rows.append(dict(layer=layer.layer, matrix=name, **matrix_stats(matrix)))
+  return rows
+
+
+def _cell(value):
+  if value is None:
+    return ""
+  if isinstance(value, float):
+    return "%.6g" % value
+  return str(value)
+
+
+def write_stats_csv(rows, path):
+  """Writes projection_stats rows to `path` (empty cell: not square)."""
+  with open(path, "w", newline="") as f:
+    writer = csv.writer(f, lineterminator="\n")
+    writer.writerow(STATS_COLUMNS)
+    for row in rows:
+      writer.writerow([_cell(row[c]) for c in STATS_COLUMNS])
+
+
+def format_stats(rows):
+  """The stats as an aligned text table (what `mtf_th visualize` prints)."""
+  header = ("layer", "matrix", "shape", "|det|", "min singular")
+  lines = [[row["layer"], row["matrix"], "%dx%d" % (row["rows"], row["cols"]),
+            "n/a" if row["abs_det"] is None else "%.3e" % row["abs_det"],
+            "%.3e" % row["min_singular"]] for row in rows]
+  widths = [max(len(r[i]) for r in [header] + lines) for i in range(5)]
+  fmt = "  ".join("%%-%ds" % w for w in widths)
+  return "\n".join(fmt % tuple(r) for r in [header] + lines) + "\n"
+
+
+def _short_name(scope):
+  """encoder/block_003/layer_000/TalkingHeadsAttention -> encoder 3.0 TalkingHeadsAttention."""
+  parts = scope.split("/")
+  out = []
+  for part in parts:
+    for prefix in ("block_", "layer_"):
+      if part.startswith(prefix) and part[len(prefix):].isdigit():
+        part = str(int(part[len(prefix):]))
+    out.append(part)
+  return " ".join(out)
+
+
+def plot_projections(layers, path, title=None):
+  """Draws the paper's figure: one row per layer, columns P_l, P_w, P_l x P_w.
+
+  Every matrix is normalized to [-1, 1] (divided by its max |entry|) and
+  drawn with the same diverging colour map; a missing matrix (a layer with
+  only one projection) leaves its panel empty with a note.
+
+  Args:
+    layers: [LayerProjections].
+    path: the PNG file to write.
+    title: optional figure title (e.g. the checkpoint).
+  """
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+  n = len(layers)
+  fig, axes = plt.subplots(n, 3, figsize=(9.0, 2.6 * n + 0.8), squeeze=False)
+  image = None
+  for row, layer in enumerate(layers):
+    for col, (name, matrix) in enumerate(layer_matrices(layer).items()):
+      ax = axes[row][col]
+      ax.set_xticks([])
+      ax.set_yticks([])
+      if matrix is None:
+        ax.text(0.5, 0.5, "no %s" % name, ha="center", va="center",
+                transform=ax.transAxes, color="gray")
+        ax.set_frame_on(False)
+      else:
+        image = ax.imshow(normalized(matrix), cmap="RdBu_r", vmin=-1.0,
+                          vmax=1.0, interpolation="nearest")
+      if row == 0:
+        ax.set_title(name)
+      if col == 0:
+        ax.set_ylabel(_short_name(layer.layer), fontsize=7)
+  if image is not None:
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6,
+                 label="entry / max |entry|")
+  if title:
+    fig.suptitle(title, fontsize=8)
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def visualize(model_dir, output_dir=None):
+  """Reads the latest checkpoint, writes the figure and the stats CSV.
+
+  Args:
+    model_dir: a training directory or a checkpoint prefix.
+    output_dir: where to write projections.png and projections.csv
+      (default: model_dir, or the prefix's directory).
+
+  Returns:
+    dict(checkpoint, png, csv, stats) where stats are projection_stats rows.
+
+  Raises:
+    ValueError: no checkpoint, or no P_l / P_w in it.
+  """
+  path, layers = read_projections(model_dir)
+  if output_dir is None:
+    output_dir = model_dir if os.path.isdir(model_dir) else os.path.dirname(
+        model_dir)
+  os.makedirs(output_dir, exist_ok=True)
+  stats = projection_stats(layers)
+  png = os.path.join(output_dir, "projections.png")
+  csv_path = os.path.join(output_dir, "projections.csv")
+  plot_projections(layers, png, title=path)
+  write_stats_csv(stats, csv_path)
+  return dict(checkpoint=path, png=png, csv=csv_path, stats=stats)
