@@ -60,7 +60,7 @@ class Harness(object):
                mesh_shape="", layout="", autoregressive=True,
                activation_dtype=tf.float32, master_dtype=tf.float32,
                seed=1234, optimizer_step=False, learning_rate=0.1,
-               inputs=None, name="decoder", extra_layout_dims=()):
+               inputs=None, name="decoder", extra_layout_dims=(), run=True):
     del extra_layout_dims
     parse_mtf_defaults()
     self.graph = tf.Graph()
@@ -73,7 +73,8 @@ class Harness(object):
       self.model = transformer.Unitransformer(
           layer_stack=transformer.LayerStack(layers), d_model=d_model,
           input_vocab_size=vocab, output_vocab_size=vocab,
-          autoregressive=autoregressive, max_length=length, name=name)
+          autoregressive=autoregressive, max_length=length, name=name,
+          layout=layout, mesh_shape=mesh_shape)  # read by sharding strategies
       if inputs is None:
         inputs = np.random.RandomState(seed).randint(1, vocab,
                                                      size=(batch, length))
@@ -111,9 +112,11 @@ class Harness(object):
       self._mtf_variables = variables
       self.init_op = tf.global_variables_initializer()
       self.copy_op = self.lowering.copy_masters_to_slices()
-      self.session = tf.Session(graph=self.graph)
-      self.session.run(self.init_op)
-      self.session.run(self.copy_op)
+      self.session = None
+      if run:  # run=False: lowering only (accounting of big configurations)
+        self.session = tf.Session(graph=self.graph)
+        self.session.run(self.init_op)
+        self.session.run(self.copy_op)
 
   @property
   def counters(self):
@@ -142,4 +145,5 @@ class Harness(object):
     self.session.run(self.train_op)
 
   def close(self):
-    self.session.close()
+    if self.session is not None:
+      self.session.close()
