@@ -1,0 +1,257 @@
+"""Incremental decoding vs teacher forcing, on one small graph per model.
+
+`DecodeRun` builds a decoder-only model (a `transformer.Unitransformer`) or,
+given encoder layers, an encoder-decoder (`transformer.Bitransformer`) with
+random weights and a tiny vocabulary, and evaluates in one session:
+
+  * ``decoded``: greedy decoding (temperature 0.0) with mtf's own
+    `Unitransformer.sample_autoregressive` / `Bitransformer.decode`, i.e. the
+    "first_part" + "incremental" modes inside mtf's while loop;
+  * ``forced_on_decoded``: the teacher-forced logits (mode "eval", all
+    positions in parallel) of that decoded sequence; each decoded token must
+    be their argmax at its position;
+  * ``stepped``: per-position logits of a fixed random target sequence from an
+    unrolled loop that calls the model in "first_part" and then "incremental"
+    mode one position at a time (the same Context set-up as
+    `sample_autoregressive`), starting from empty caches;
+  * ``stepped_after_prefix``: the same, but "first_part" runs on the first
+    `prefix` target tokens (its states are kept, as for partial sequences)
+    and the incremental steps continue from there;
+  * ``first_part``: the logits of that "first_part" call (valid for
+    positions < prefix);
+  * ``forced``: the teacher-forced logits of the target sequence.
+
+Everything runs on one logical CPU (mesh ""), in float32.
+"""
+import mesh_tensorflow as mtf
+from mesh_tensorflow.transformer import transformer
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+from mtf_talking_heads import harness
+
+_EVAL = "eval"
+
+
+class DecodeRun(object):
+  """One model, its greedy decode, teacher-forced and stepped logits.
+
+  Example:
+    run = DecodeRun([layers.TalkingHeadsAttention(heads_k=4, heads=4,
+                                                  heads_v=4, d_k=4, d_v=4)])
+    out = run.results   # {"decoded": [batch, length], "forced": ..., ...}
+  """
+
+  def __init__(self, decoder_layers, encoder_layers=None, d_model=16,
+               vocab=24, batch=2, length=6, input_length=5, prefix=2,
+               seed=20200305):
+    """Builds the graph and runs it once (results in `self.results`).
+
+    Args:
+      decoder_layers: list of transformer layers of the decoder stack.
+      encoder_layers: optional list of layers of an encoder stack; if given
+        the model is a Bitransformer.
+      d_model: an integer.
+      vocab: an integer, vocabulary size (no padding to a multiple).
+      batch: an integer.
+      length: an integer, the decoded length.
+      input_length: an integer, the encoder input length.
+      prefix: an integer in [1, length), the partial-sequence length used for
+        ``stepped_after_prefix``.
+      seed: an integer.
+    """
+    harness.parse_mtf_defaults()
+    rng = np.random.RandomState(seed)
+    self.length = length
+    self.prefix = prefix
+    self.vocab = vocab
+    self.targets = rng.randint(2, vocab, size=(batch, length)).astype(np.int32)
+    # encoder inputs; the last row is padded to exercise the encoder mask
+    enc = rng.randint(2, vocab, size=(batch, input_length)).astype(np.int32)
+    enc[-1, input_length - 2:] = 0
+    self.encoder_inputs = enc
+    for i, layer in enumerate(decoder_layers):
+      layer.set_name("layer_%03d" % i)
+    for i, layer in enumerate(encoder_layers or []):
+      layer.set_name("layer_%03d" % i)
+
+    self.graph = tf.Graph()
+    with self.graph.as_default():
+      tf.set_random_seed(seed)
+      mesh = mtf.Mesh(mtf.Graph(), "mesh")
+      self.mesh = mesh
+      self.batch_dim = mtf.Dimension("batch", batch)
+      self.length_dim = mtf.Dimension("length", length)
+      self.variable_dtype = mtf.VariableDType(tf.float32, tf.float32,
+                                              tf.float32)
+      decoder = transformer.Unitransformer(
+          layer_stack=transformer.LayerStack(decoder_layers),
+          d_model=d_model, input_vocab_size=vocab, output_vocab_size=vocab,
+          autoregressive=True, max_length=max(length, input_length),
+          shared_embedding_and_softmax_weights=False,
+          name="decoder",
+          vocab_divisor=1)
+      self.decoder = decoder
+      targets = self._import(self.targets, [self.batch_dim, self.length_dim])
+      outputs = {}
+      if encoder_layers is None:
+        self.model = decoder
+        self._encoder_kwargs = lambda: {}
+        partial = mtf.zeros(mesh, targets.shape, dtype=tf.int32)
+        decoded = decoder.sample_autoregressive(
+            partial, stop_at_token=None, temperature=0.0,
+            variable_dtype=self.variable_dtype, has_partial_sequences=False)
+      else:
+        encoder = transformer.Unitransformer(
+            layer_stack=transformer.LayerStack(encoder_layers),
+            d_model=d_model, input_vocab_size=vocab, output_vocab_size=None,
+            autoregressive=False, max_length=max(length, input_length),
+            name="encoder", vocab_divisor=1)
+        self.model = transformer.Bitransformer(encoder, decoder)
+        inputs = self._import(
+            enc, [self.batch_dim, mtf.Dimension("length", input_length)])
+        encoded = self._encode(inputs)
+        self._encoder_kwargs = lambda: encoded
+        # Bitransformer.decode's output length is the input length unless
+        # max_decode_length is given.
+        decoded = self.model.decode(inputs, variable_dtype=self.variable_dtype,
+                                    temperature=0.0, max_decode_length=length)
+      outputs["decoded"] = decoded
+      outputs["forced_on_decoded"] = self._forced(decoded)
+      outputs["forced"] = self._forced(targets)
+      outputs["stepped"] = self._stepped(targets, 0)
+      first_part, stepped = self._stepped(targets, prefix, with_first=True)
+      outputs["first_part"] = first_part
+      outputs["stepped_after_prefix"] = stepped
+
+      lowering = mtf.Lowering(mesh.graph, {mesh: harness.mesh_impl("", "")})
+      tf_outputs = {k: lowering.export_to_tf_tensor(v)
+                    for k, v in outputs.items()}
+      with tf.Session(graph=self.graph) as session:
+        session.run(tf.global_variables_initializer())
+        session.run(lowering.copy_masters_to_slices())
+        self.results = session.run(tf_outputs)
+
+  # ----------------------------------------------------------------- pieces
+  def _import(self, array, dims):
+    return mtf.import_tf_tensor(self.mesh, tf.constant(array), dims)
+
+  def _encode(self, inputs):
+    """Encoder pass and decoder kwargs, exactly as Bitransformer.decode."""
+    encoder_layer_outputs = []
+    shared_params = self.model._shared_params(  # pylint: disable=protected-access
+        inputs.mesh, self.variable_dtype)
+    encoder_sequence_id = mtf.minimum(inputs, 1)
+    encoder_output, _ = self.model.encoder.call_simple(
+        inputs=inputs, targets=None, compute_loss=False, mode=_EVAL,
+        variable_dtype=self.variable_dtype, sequence_id=encoder_sequence_id,
+        shared_params=shared_params, layer_outputs=encoder_layer_outputs)
+    rename = mtf.layers.rename_length_to_memory_length
+    return dict(encoder_output=rename(encoder_output),
+                encoder_sequence_id=rename(encoder_sequence_id),
+                encoder_inputs=rename(inputs),
+                shared_params=shared_params,
+                encoder_layer_outputs=encoder_layer_outputs)
+
+  def _forced(self, ids):
+    """Teacher-forced logits [batch, length, vocab] of the sequence `ids`."""
+    if self.model is self.decoder:
+      logits, _ = self.decoder.call_simple(
+          inputs=transformer.autoregressive_inputs(ids), targets=ids,
+          compute_loss=False, mode=_EVAL, variable_dtype=self.variable_dtype)
+      return logits
+    kwargs = self._encoder_kwargs()
+    # sequence_id of ones: no decoder position is padding (decoding uses
+    # sequence_id=1 too), even where a decoded token is 0.
+    ones = mtf.ones(self.mesh, ids.shape, dtype=tf.int32)
+    logits, _ = self.decoder.call_simple(
+        inputs=transformer.autoregressive_inputs(ids), targets=ids,
+        compute_loss=False, mode=_EVAL, variable_dtype=self.variable_dtype,
+        sequence_id=ones, **kwargs)
+    return logits
+
+  def _context(self, mode, position, inputs, states, new_states,
+               constant_states, kwargs, length_range):
+    """A Context set up as Unitransformer.sample_autoregressive sets it up."""
+    return transformer.Context(
+        model=self.decoder, mesh=self.mesh, batch_dims=[self.batch_dim],
+        length_dim=self.length_dim, variable_dtype=self.variable_dtype,
+        mode=mode, position=position,
+        position_is_default=(mode == "first_part"),
+        states=states, new_states=new_states,
+        initial_position=None,
+        sequence_id=(1 if kwargs.get("encoder_sequence_id") is not None
+                     else None),
+        constant_states=constant_states,
+        write_priority=length_range,
+        read_priority=length_range if mode == "first_part" else position,
+        inputs=inputs, **kwargs)
+
+  def _stepped(self, ids, prefix, with_first=False):
+    """Logits from "first_part" on ids[:prefix], then one step per position.
+
+    Args:
+      ids: int32 [batch, length] target sequence.
+      prefix: number of leading tokens given to "first_part" (0: empty
+        caches, as in sample_autoregressive(has_partial_sequences=False)).
+      with_first: also return the "first_part" logits.
+    Returns:
+      logits [batch, length, vocab] with the stepped logits at positions
+      >= prefix (zeros before), and optionally the first_part logits.
+    """
+    kwargs = self._encoder_kwargs()
+    length_dim = self.length_dim
+    length_range = mtf.range(self.mesh, length_dim, tf.int32)
+    partial = ids * mtf.to_int32(mtf.less(length_range, prefix))
+    first = self._context("first_part", length_range, partial, None, [], [],
+                          kwargs, length_range)
+    with tf.variable_scope(self.decoder.name, reuse=tf.AUTO_REUSE):
+      first_logits = self.decoder._call_internal(  # pylint: disable=protected-access
+          first, transformer.autoregressive_inputs(partial))
+    states = first.new_states
+    if prefix == 0:
+      states = [mtf.zeros_like(t) for t in states]
+    per_position = []
+    for p in range(length_dim.size):
+      if p < prefix:
+        per_position.append(None)
+        continue
+      position = mtf.constant(self.mesh, p, mtf.Shape([self.batch_dim]),
+                              dtype=tf.int32)
+      if p == 0:
+        inputs = mtf.zeros(self.mesh, [self.batch_dim], dtype=tf.int32)
+      else:
+        inputs = mtf.gather(ids, p - 1, length_dim)
+      step = self._context("incremental", position, inputs, states, [],
+                           first.constant_states, kwargs, length_range)
+      with tf.variable_scope(self.decoder.name, reuse=tf.AUTO_REUSE):
+        logits = self.decoder._call_internal(step, inputs)  # pylint: disable=protected-access
+      states = step.new_states
+      per_position.append(logits)
+    zeros = mtf.zeros_like(per_position[-1])
+    stepped = mtf.stack([zeros if l is None else l for l in per_position],
+                        length_dim.name, axis=1)
+    if with_first:
+      return first_logits, stepped
+    return stepped
+
+
+def decoded_prefix_length(decoded, eos=1):
+  """How many leading positions greedy decoding actually produced.
+
+  mtf's loop stops once every row holds an EOS (Bitransformer.decode stops
+  at token 1); later positions stay 0.
+
+  Args:
+    decoded: int array [batch, length].
+    eos: the stop token.
+  Returns:
+    an integer
+  """
+  first_eos = []
+  for row in decoded:
+    hits = np.flatnonzero(row == eos)
+    if not hits.size:
+      return decoded.shape[1]
+    first_eos.append(hits[0])
+  return int(max(first_eos)) + 1
