@@ -1,0 +1,164 @@
+"""Train and evaluate a grid of attention configurations (a paper table or explicit values); table + plots.
+
+  mtf_th sweep --list_paper_tables
+  mtf_th sweep --paper_table t5_heads --scale tiny --seeds 3 \\
+      --train_steps 1000 --eval_steps 250,1000 --output_dir /tmp/t5_heads
+  mtf_th sweep --grid heads=6,12,24,48 --tie d_k=768/heads --tie d_v=768/heads \\
+      --grid variant=multi_head,talking_heads --output_dir /tmp/heads
+  mtf_th sweep --paper_table t5_heads --scale base --dry_run --output_dir gs://b/t5
+
+Each row x seed is `mtf_th train` (one or two calls) then `mtf_th eval`, in
+child processes, under <output_dir>/runs/<row>/seed_<n>.  Results:
+<output_dir>/results.csv (every run), results.md (the paper's layout, mean
+and std over seeds, best in bold), plot_heads.png (ln(PPL) vs heads),
+plot_loss.png (loss curves), plot_step_time.png (step time vs multiplies).
+Rerunning skips the runs already in results.csv.  --dry_run prints the
+commands and the table with params and multiplies only, and trains nothing.
+Bad arguments exit with status 2 and one message on stderr.
+"""
+import argparse
+import sys
+
+PROG = "mtf_th sweep"
+
+
+class _UsageError(Exception):
+  pass
+
+
+class _Parser(argparse.ArgumentParser):
+
+  def error(self, message):
+    raise _UsageError(message)
+
+
+def _build_parser():
+  parser = _Parser(
+      prog=PROG,
+      description="Sweep attention configurations like the paper's tables. "
+      "See docs/sweeps.md.")
+  what = parser.add_argument_group("what to sweep (one of)")
+  what.add_argument("--list_paper_tables", action="store_true",
+                    help="print the paper tables' names, one a line, and exit")
+  what.add_argument("--paper_table", metavar="NAME",
+                    help="the rows of gin/experiments/NAME/ (file order)")
+  what.add_argument("--rows", metavar="SPEC",
+                    help="with --paper_table: only these rows, 1-based, "
+                    "e.g. 1-8 or 1,5")
+  what.add_argument("--grid", action="append", default=[], metavar="KEY=V,..",
+                    help="grid axis (repeatable): variant, heads_k, heads, "
+                    "heads_v, d_k or d_v; the rows are the product")
+  what.add_argument("--tie", action="append", default=[], metavar="DIM=EXPR",
+                    help="a dim computed from another: 768/heads, heads, "
+                    "2*heads, heads/2, 64 (repeatable); heads_k, heads_v "
+                    "default to heads and d_v to d_k")
+  what.add_argument("--variant", help="variant of every grid row (unless "
+                    "--grid variant=...)")
+  what.add_argument("--dynamic", metavar="TERMS",
+                    help="dynamic_projections rows: subset of x2l,m2l,x2w,m2w "
+                    "(default all four)")
+  what.add_argument("--placement", default="all",
+                    help="grid rows: all (default), enc_self, dec_self or "
+                    "encdec (multi-head attention elsewhere)")
+  what.add_argument("--model", default="t5",
+                    help="grid rows: t5 (default), bert or albert")
+  how = parser.add_argument_group("how")
+  how.add_argument("--scale", default="tiny",
+                   help="tiny (CPU: models/<model>_tiny.gin after each row's "
+                   "files; default) or base (the paper's sizes)")
+  how.add_argument("--seeds", type=int, default=1, metavar="N",
+                   help="runs per row, seed macro 1..N (default 1)")
+  how.add_argument("--train_steps", type=int, metavar="N",
+                   help="steps per run (default: the configuration's "
+                   "train_steps, or the last --eval_steps)")
+  how.add_argument("--eval_steps", metavar="A,B",
+                   help="the two steps with ln(PPL) columns (default "
+                   "train_steps/8,train_steps, like the paper's "
+                   "65536,524288)")
+  how.add_argument("--output_dir", metavar="DIR",
+                   help="runs/, results.csv, results.md, plots (required)")
+  how.add_argument("--gin_file", action="append", default=[],
+                   help="extra gin file for every run, after the scale's "
+                   "(e.g. layouts/heads_parallel.gin)")
+  how.add_argument("--gin_param", action="append", default=[],
+                   help="extra gin binding for every run, last (e.g. "
+                   "\"mesh_shape = 'model:2'\")")
+  how.add_argument("--mesh_shape", help="shorthand for --gin_param "
+                   "\"mesh_shape = '...'\" (logical CPU devices locally)")
+  how.add_argument("--layout", help="shorthand for --gin_param "
+                   "\"layout = '...'\"")
+  how.add_argument("--tpu", metavar="NAME",
+                   help="pass --tpu NAME to every train/eval command (use "
+                   "with --dry_run to print TPU commands)")
+  how.add_argument("--dry_run", action="store_true",
+                   help="print the commands and the table (params and "
+                   "multiplies only); train nothing, write nothing")
+  return parser
+
+
+def _make_sweep(args, sweep):
+  """Builds the Sweep from parsed arguments (ValueError on bad input)."""
+  if args.paper_table and (args.grid or args.tie or args.variant
+                           or args.dynamic):
+    raise _UsageError("--paper_table defines its own rows; drop --grid, "
+                      "--tie, --variant and --dynamic")
+  if not args.paper_table and not args.grid:
+    raise _UsageError("give --paper_table NAME, --grid KEY=V1,V2,... or "
+                      "--list_paper_tables")
+  if args.rows and not args.paper_table:
+    raise _UsageError("--rows selects rows of a --paper_table")
+  if not args.output_dir:
+    raise _UsageError("--output_dir is required")
+  if args.paper_table:
+    rows = sweep.select_rows(sweep.paper_table_rows(args.paper_table),
+                             args.rows)
+    table = args.paper_table
+  else:
+    dynamic = [t.strip() for t in (args.dynamic or "").split(",")
+               if t.strip()]
+    rows = sweep.grid_rows(sweep.parse_grid(args.grid),
+                           sweep.parse_ties(args.tie), variant=args.variant,
+                           dynamic=dynamic, placement=args.placement,
+                           model=args.model)
+    table = "grid"
+  params = list(args.gin_param)
+  if args.mesh_shape:
+    params.append("mesh_shape = %r" % args.mesh_shape)
+  if args.layout:
+    params.append("layout = %r" % args.layout)
+  return sweep.Sweep(rows, args.output_dir, scale=args.scale,
+                     seeds=args.seeds, train_steps=args.train_steps,
+                     eval_steps=args.eval_steps, table=table,
+                     gin_files=args.gin_file, gin_params=params, tpu=args.tpu)
+
+
+def main(argv=None):
+  argv = list(sys.argv[1:] if argv is None else argv)
+  from mtf_talking_heads import sweep  # pylint: disable=g-import-not-at-top
+  try:
+    args = _build_parser().parse_args(argv)
+    if args.list_paper_tables:
+      print("\n".join(sweep.paper_table_names()))
+      return 0
+    job = _make_sweep(args, sweep)
+  except SystemExit as e:  # --help
+    return e.code or 0
+  except (_UsageError, ValueError) as e:
+    print("%s: error: %s" % (PROG, e), file=sys.stderr)
+    return 2
+  if args.dry_run:
+    sys.stdout.write(job.dry_run_text())
+    return 0
+  try:
+    job.run()
+  except ValueError as e:  # e.g. output_dir holds another sweep
+    print("%s: error: %s" % (PROG, e), file=sys.stderr)
+    return 2
+  except RuntimeError as e:  # a run failed; rerun to resume
+    print("%s: error: %s" % (PROG, e), file=sys.stderr)
+    return 1
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
