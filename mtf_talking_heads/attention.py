@@ -29,7 +29,8 @@ Example (talking heads, h_k = h = h_v = 24, d_k = d_v = 32, d_model = 768):
 
 Logits, softmax and the talking-heads projections run in float32 whatever the
 activation dtype (bfloat16 logits near 1e4 would otherwise lose all
-precision); O and Y return to the activation dtype.
+precision; float64 activations stay float64); O and Y return to the
+activation dtype.
 """
 import collections
 
@@ -135,7 +136,8 @@ def check_dynamic(dynamic, dims):
 
 
 def _float32(x):
-  return x if x.dtype == tf.float32 else mtf.cast(x, tf.float32)
+  """x in at least float32: bfloat16 is widened, float64 is kept."""
+  return x if x.dtype in (tf.float32, tf.float64) else mtf.cast(x, tf.float32)
 
 
 def compute_q(x, p_q, d_x):
