@@ -1,0 +1,62 @@
+"""Decode text with a trained encoder-decoder (T5) checkpoint.
+
+  mtf_th decode --model_dir=runs/th24 [--input="some text" ...]
+      [--input_file=lines.txt] [--num_examples=8] [--checkpoint_step=N]
+
+Without inputs, decodes held-out span-corruption inputs of the model's task.
+Prints "input<TAB>output" lines (text decoded with the model's vocabulary);
+--output_file writes them there instead.
+"""
+import sys
+
+from mtf_talking_heads.commands import train as train_command
+
+PROG = "mtf_th decode"
+
+
+def main(argv=None):
+  parser = train_command.Parser(prog=PROG,
+                                description=__doc__.splitlines()[0])
+  train_command.add_common_flags(parser, "the trained model")
+  parser.add_argument("--input", action="append", default=None,
+                      help="a text to decode (repeatable)")
+  parser.add_argument("--input_file", default=None,
+                      help="a file with one text per line")
+  parser.add_argument("--output_file", default=None)
+  parser.add_argument("--num_examples", type=train_command.positive_int,
+                      default=8, help="held-out inputs when none are given")
+  parser.add_argument("--checkpoint_step", type=int, default=None)
+  argv = sys.argv[1:] if argv is None else argv
+
+  def body(args, training):
+    inputs = list(args.input or [])
+    if args.input_file:
+      try:
+        with open(args.input_file) as f:
+          inputs += [line.rstrip("\n") for line in f if line.strip()]
+      except OSError as e:
+        raise training.ConfigError("--input_file %r: %s" % (args.input_file,
+                                                            e))
+      if not inputs:
+        raise training.ConfigError("--input_file %r has no non-empty line"
+                                   % args.input_file)
+    results = training.decode(args.model_dir, args.gin_file, args.gin_param,
+                              inputs=inputs or None,
+                              checkpoint_step=args.checkpoint_step,
+                              num_examples=args.num_examples, tpu=args.tpu,
+                              tpu_zone=args.tpu_zone,
+                              gcp_project=args.gcp_project)
+    lines = ["%s\t%s" % (r["input"].replace("\t", " "),
+                         r["output"].replace("\t", " ")) for r in results]
+    if args.output_file:
+      with open(args.output_file, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    else:
+      print("\n".join(lines))
+    return 0
+
+  return train_command.run_command(PROG, parser, argv, body)
+
+
+if __name__ == "__main__":
+  sys.exit(main())
