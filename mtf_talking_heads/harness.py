@@ -34,11 +34,11 @@ def parse_mtf_defaults():
     parse_mtf_defaults.done = True
 
 
-def mesh_impl(mesh_shape, layout):
-  """PlacementMeshImpl over logical CPU devices for `mesh_shape`."""
+def mesh_impl(mesh_shape, layout, impl_cls=None):
+  """PlacementMeshImpl (or subclass `impl_cls`) on logical CPUs for `mesh_shape`."""
   shape = mtf.convert_to_shape(mesh_shape)
   devices = compat.split_cpu(max(shape.size, 1))
-  return mtf.placement_mesh_impl.PlacementMeshImpl(
+  return (impl_cls or mtf.placement_mesh_impl.PlacementMeshImpl)(
       shape, mtf.convert_to_layout_rules(layout), devices[:max(shape.size, 1)])
 
 
@@ -60,7 +60,8 @@ class Harness(object):
                mesh_shape="", layout="", autoregressive=True,
                activation_dtype=tf.float32, master_dtype=tf.float32,
                seed=1234, optimizer_step=False, learning_rate=0.1,
-               inputs=None, name="decoder", extra_layout_dims=(), run=True):
+               inputs=None, name="decoder", extra_layout_dims=(), run=True,
+               mesh_impl_cls=None):
     del extra_layout_dims
     parse_mtf_defaults()
     self.graph = tf.Graph()
@@ -99,7 +100,8 @@ class Harness(object):
       exported_grads = [_to_export_dtype(g) for g in grads]
       # autostack=False keeps one master per variable, so assign() works
       self.lowering = mtf.Lowering(
-          mtf_graph, {mesh: mesh_impl(mesh_shape, layout)}, autostack=False)
+          mtf_graph, {mesh: mesh_impl(mesh_shape, layout, mesh_impl_cls)},
+          autostack=False)
       self.outputs = {name: self.lowering.export_to_tf_tensor(t)
                       for name, t in exported.items()}
       self.grads = {v.name: self.lowering.export_to_tf_tensor(g)
