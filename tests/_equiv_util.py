@@ -9,7 +9,8 @@
   index order used by tests/reference.py.
 * `export` / `run` fetch recorded mtf tensors from a `harness.Harness`.
 """
-import mesh_tensorflow as mtf
+from mtf_talking_heads import compat  # noqa: F401  (before mesh_tensorflow)
+import mesh_tensorflow as mtf  # pylint: disable=g-bad-import-order
 from mesh_tensorflow.transformer import transformer
 import numpy as np
 import tensorflow.compat.v1 as tf

@@ -17,6 +17,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import attention
+from mtf_talking_heads import harness
 from mtf_talking_heads import layers
 import _equiv_util as eu
 
@@ -46,7 +47,6 @@ NAMES = list(VARIANTS)
 
 
 def _harness(probes, **kwargs):
-  from mtf_talking_heads import harness  # pylint: disable=g-import-not-at-top
   return harness.Harness(probes, d_model=D_MODEL, vocab=VOCAB, batch=BATCH,
                          length=LENGTH, autoregressive=True, **kwargs)
 

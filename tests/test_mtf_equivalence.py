@@ -14,10 +14,12 @@ mtf's memory-dependent dynamic projections are right.
 """
 import collections
 
-from mesh_tensorflow.transformer import transformer_layers as tl
+from mtf_talking_heads import compat  # noqa: F401  (before mesh_tensorflow)
+from mesh_tensorflow.transformer import transformer_layers as tl  # pylint: disable=g-bad-import-order
 import numpy as np
 import pytest
 
+from mtf_talking_heads import harness
 from mtf_talking_heads import layers
 import _equiv_util as eu
 
@@ -151,7 +153,6 @@ PAIRS = {
 
 
 def _build(layer_list, autoregressive, seed):
-  from mtf_talking_heads import harness  # pylint: disable=g-import-not-at-top
   probes = [eu.Probe(layer, "att%d" % i) for i, layer in enumerate(layer_list)]
   # same token ids in both models; different seeds, so only the copy of the
   # variables can make them agree

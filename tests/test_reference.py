@@ -15,10 +15,12 @@ Three groups, each case named after what it proves:
 
 All mtf graphs are built once per module (two Unitransformers).
 """
-import mesh_tensorflow as mtf
+from mtf_talking_heads import compat  # noqa: F401  (before mesh_tensorflow)
+import mesh_tensorflow as mtf  # pylint: disable=g-bad-import-order
 import numpy as np
 import pytest
 
+from mtf_talking_heads import harness
 from mtf_talking_heads import layers
 import _equiv_util as eu
 import reference as ref
@@ -299,8 +301,8 @@ def _paper_gbma_from(paper):
           "q": paper["Q"].transpose(0, 2, 1)}
 
 
-# (id, layer a, layer b, assignments for b from a's variables)
 def _twins():
+  """[(id, layer a, layer b, a's variables -> b's variables)]."""
   def copy(va):
     return dict(va)
 
@@ -345,7 +347,6 @@ def _twins():
 @pytest.fixture(scope="module")
 def causal_run():
   """A decoder (causal) Unitransformer: every variant, then the twins."""
-  from mtf_talking_heads import harness  # pylint: disable=g-import-not-at-top
   probes = [eu.Probe(make(), "v%02d" % i)
             for i, (_, make, _) in enumerate(VARIANTS)]
   twins_spec = _twins()
@@ -377,7 +378,6 @@ def causal_run():
 @pytest.fixture(scope="module")
 def padded_run():
   """A bidirectional Unitransformer over a packed batch with padding."""
-  from mtf_talking_heads import harness  # pylint: disable=g-import-not-at-top
   probes = [eu.Probe(make(), "v%02d" % i, sequence_id=SEGMENTS)
             for i, (_, make, _) in enumerate(VARIANTS)]
   h = harness.Harness(probes, d_model=D_MODEL, vocab=VOCAB, batch=BATCH,
