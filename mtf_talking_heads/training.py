@@ -473,15 +473,22 @@ def latest_step(model_dir):
 
 
 def checkpoint_steps(model_dir):
-  """Steps of the complete checkpoints listed in model_dir/checkpoint."""
+  """Steps of the complete checkpoints in model_dir.
+
+  Those listed in model_dir/checkpoint plus every model.ckpt-N with an
+  .index file: with keep_checkpoint_max = None (gin/mtf_th.gin) TF's Saver
+  keeps every checkpoint on disk but lists only the latest.
+  """
   state = tf.train.get_checkpoint_state(model_dir) if tf.io.gfile.exists(
       model_dir) else None
   if state is None:
     return []
+  paths = [p if os.path.isabs(p) else os.path.join(model_dir, p)
+           for p in state.all_model_checkpoint_paths]
+  paths += [p[:-len(".index")] for p in tf.io.gfile.glob(
+      os.path.join(model_dir, "model.ckpt-*.index"))]
   steps = []
-  for path in state.all_model_checkpoint_paths:
-    if not os.path.isabs(path):
-      path = os.path.join(model_dir, path)
+  for path in paths:
     if tf.io.gfile.exists(path + ".index"):
       steps.append(int(mtf_utils.get_step_from_checkpoint_path(path)))
   return sorted(set(steps))
