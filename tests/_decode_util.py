@@ -4,9 +4,9 @@
 given encoder layers, an encoder-decoder (`transformer.Bitransformer`) with
 random weights and a tiny vocabulary, and evaluates in one session:
 
-  * ``decoded``: greedy decoding (temperature 0.0) with mtf's own
-    `Unitransformer.sample_autoregressive` / `Bitransformer.decode`, i.e. the
-    "first_part" + "incremental" modes inside mtf's while loop;
+  * ``decoded``: greedy decoding (temperature 0.0, to the full length) with
+    mtf's own `Unitransformer.sample_autoregressive` / `Bitransformer.decode`,
+    i.e. the "first_part" + "incremental" modes inside mtf's while loop;
   * ``forced_on_decoded``: the teacher-forced logits (mode "eval", all
     positions in parallel) of that decoded sequence; each decoded token must
     be their argmax at its position;
@@ -23,6 +23,7 @@ random weights and a tiny vocabulary, and evaluates in one session:
 
 Everything runs on one logical CPU (mesh ""), in float32.
 """
+import gin
 import mesh_tensorflow as mtf
 from mesh_tensorflow.transformer import transformer
 import numpy as np
@@ -31,6 +32,16 @@ import tensorflow.compat.v1 as tf
 from mtf_talking_heads import harness
 
 _EVAL = "eval"
+# Bitransformer.decode passes no stop token: mtf's gin default (1) would end
+# the loop once every row has produced a 1.  Within this gin scope decoding
+# runs to the full length, as sample_autoregressive(stop_at_token=None).
+_SCOPE = "mtf_th_decode_test"
+
+
+def _bind_full_length_decoding():
+  with gin.unlock_config():
+    gin.bind_parameter(
+        _SCOPE + "/Unitransformer.sample_autoregressive.stop_at_token", None)
 
 
 class DecodeRun(object):
@@ -43,7 +54,7 @@ class DecodeRun(object):
   """
 
   def __init__(self, decoder_layers, encoder_layers=None, d_model=16,
-               vocab=24, batch=2, length=6, input_length=5, prefix=2,
+               vocab=24, batch=2, length=5, input_length=4, prefix=2,
                seed=20200305):
     """Builds the graph and runs it once (results in `self.results`).
 
@@ -61,6 +72,7 @@ class DecodeRun(object):
       seed: an integer.
     """
     harness.parse_mtf_defaults()
+    _bind_full_length_decoding()
     rng = np.random.RandomState(seed)
     self.length = length
     self.prefix = prefix
@@ -113,9 +125,11 @@ class DecodeRun(object):
         encoded = self._encode(inputs)
         self._encoder_kwargs = lambda: encoded
         # Bitransformer.decode's output length is the input length unless
-        # max_decode_length is given.
-        decoded = self.model.decode(inputs, variable_dtype=self.variable_dtype,
-                                    temperature=0.0, max_decode_length=length)
+        # max_decode_length is given; its stop token (1) is unbound in _SCOPE.
+        with gin.config_scope(_SCOPE):
+          decoded = self.model.decode(
+              inputs, variable_dtype=self.variable_dtype, temperature=0.0,
+              max_decode_length=length)
       outputs["decoded"] = decoded
       outputs["forced_on_decoded"] = self._forced(decoded)
       outputs["forced"] = self._forced(targets)
@@ -235,23 +249,3 @@ class DecodeRun(object):
       return first_logits, stepped
     return stepped
 
-
-def decoded_prefix_length(decoded, eos=1):
-  """How many leading positions greedy decoding actually produced.
-
-  mtf's loop stops once every row holds an EOS (Bitransformer.decode stops
-  at token 1); later positions stay 0.
-
-  Args:
-    decoded: int array [batch, length].
-    eos: the stop token.
-  Returns:
-    an integer
-  """
-  first_eos = []
-  for row in decoded:
-    hits = np.flatnonzero(row == eos)
-    if not hits.size:
-      return decoded.shape[1]
-    first_eos.append(hits[0])
-  return int(max(first_eos)) + 1

@@ -1,0 +1,151 @@
+"""Sharded == unsharded: forward, every gradient, and one optimizer step.
+
+Each model is a Unitransformer with one attention layer and a DenseReluDense
+(d_ff = 32), vocab 32 (padded by mtf to 128), d_model 16, batch 4, length 8.
+For each model one unsharded reference (mesh "", one device) is built; every
+sharded run loads the reference's initial weights and must reproduce its
+loss, logits and all gradients, and after one SGD step its weights, loss and
+logits.  The layout splits one dim at a time on "model" (each heads dim in
+turn - P_l[heads_k, heads] cannot have both on one mesh dim - then d_ff,
+then vocab); the batch:2 x model:4 mesh adds batch:batch.  Every layout is
+first accepted by validation.check_layers, so these runs are also positive
+cases of the pre-graph checks.
+
+The full matrix (60 sharded runs, about 10 minutes) is marked slow; the cases
+in FAST run in `make test`.
+"""
+import mesh_tensorflow as mtf  # noqa: F401  (import order: after compat)
+from mesh_tensorflow.transformer import transformer_layers
+import numpy as np
+import pytest
+
+from mtf_talking_heads import harness
+from mtf_talking_heads import layers
+from mtf_talking_heads import validation
+
+D_MODEL, D_FF, VOCAB, PADDED_VOCAB, BATCH, LENGTH = 16, 32, 32, 128, 4, 8
+TOL = 2e-5  # max |sharded - unsharded| / max |unsharded|, float32
+
+# name -> (attention layer factory, heads dims to shard in turn)
+MODELS = {
+    "th": (lambda: layers.TalkingHeadsAttention(
+        heads_k=16, heads=8, heads_v=24, d_k=4, d_v=4),
+           ("heads_k", "heads", "heads_v")),
+    "mha": (lambda: layers.MultiHeadAttention(heads=8, d_k=4, d_v=4),
+            ("heads",)),
+    "dynamic": (lambda: layers.DynamicProjectionsAttention(
+        heads_k=8, heads=16, heads_v=8, d_k=4, d_v=4, dynamic_init_scale=1.0),
+                ("heads_k", "heads", "heads_v")),
+    "gbma": (lambda: layers.GeneralBilinearAttention(heads=8), ("heads",)),
+}
+MESHES = {
+    "model2": ("model:2", ""),
+    "model4": ("model:4", ""),
+    "model8": ("model:8", ""),
+    "batch2xmodel4": ("batch:2;model:4", "batch:batch"),
+}
+# representative subset for `make test`: every model, each heads dim, d_ff,
+# vocab, every mesh size incl. model:8 and batch x model
+FAST = {
+    "th-heads_k-model4", "th-heads-batch2xmodel4", "mha-heads-model8",
+    "dynamic-heads_v-model2", "gbma-heads-model4", "mha-d_ff-model2",
+    "th-vocab-model2",
+}
+
+
+def _cases():
+  cases = []
+  for model, (_, heads_dims) in MODELS.items():
+    for dim in heads_dims + ("d_ff", "vocab"):
+      for mesh in MESHES:
+        case_id = "%s-%s-%s" % (model, dim, mesh)
+        marks = () if case_id in FAST else (pytest.mark.slow,)
+        cases.append(pytest.param(model, dim, mesh, id=case_id, marks=marks))
+  return cases
+
+
+def _layers(model):
+  attention = MODELS[model][0]()
+  attention.set_name("attention")
+  ffn = transformer_layers.DenseReluDense(hidden_size=D_FF)
+  ffn.set_name("ffn")
+  return [attention, ffn]
+
+
+def _harness(model, mesh_shape="", layout=""):
+  return harness.Harness(
+      _layers(model), d_model=D_MODEL, vocab=VOCAB, batch=BATCH,
+      length=LENGTH, mesh_shape=mesh_shape, layout=layout,
+      optimizer_step=True)
+
+
+def _run(run):
+  """Forward + gradients, one SGD step, then weights, loss and logits."""
+  names = ["loss", "logits"] + ["grad:" + n for n in sorted(run.grads)]
+  before = run.fetch(names)
+  run.step()
+  after = {"after:" + k: v for k, v in run.variable_values().items()}
+  after.update({"after:" + k: v
+                for k, v in run.fetch(["loss", "logits"]).items()})
+  before.update(after)
+  return before
+
+
+class _References(object):
+  """One unsharded run per model, built on first use, shared by the module."""
+
+  def __init__(self):
+    self._cache = {}
+
+  def __call__(self, model):
+    if model not in self._cache:
+      run = _harness(model)
+      initial = run.variable_values()
+      results = _run(run)
+      run.close()
+      self._cache[model] = (initial, results)
+    return self._cache[model]
+
+
+@pytest.fixture(scope="module")
+def references():
+  return _References()
+
+
+def _relative_error(got, want):
+  got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+  assert got.shape == want.shape
+  return np.abs(got - want).max() / max(np.abs(want).max(), 1e-12)
+
+
+@pytest.mark.parametrize("model, dim, mesh", _cases())
+def test_sharded_equals_unsharded(references, model, dim, mesh):
+  mesh_shape, extra_rule = MESHES[mesh]
+  layout = ";".join(r for r in ("%s:model" % dim, extra_rule) if r)
+  attention = _layers(model)[0]
+  validation.check_layers(
+      [attention], D_MODEL, mesh_shape, layout, BATCH, LENGTH,
+      num_devices=8, extra_shapes=validation.transformer_tensor_shapes(
+          D_MODEL, D_FF, PADDED_VOCAB, BATCH, LENGTH))
+  initial, want = references(model)
+
+  run = _harness(model, mesh_shape, layout)
+  try:
+    assert sorted(run.variables) == sorted(initial)
+    run.assign(initial)
+    got = _run(run)
+    counters = run.counters
+  finally:
+    run.close()
+
+  # the layout really splits: sharded runs communicate
+  assert any(k.startswith(("allreduce", "allconcat", "alltoall")) and v > 0
+             for k, v in counters.items()), counters
+  assert sorted(got) == sorted(want)
+  errors = {k: _relative_error(got[k], want[k]) for k in want}
+  assert any(k.startswith("grad:") for k in errors)
+  bad = {k: e for k, e in errors.items() if not e <= TOL}
+  assert not bad, "sharded differs from unsharded: %s" % bad
+  # the step changed the weights (so "after" compares something new)
+  assert any(_relative_error(want["after:" + k], v) > 1e-4
+             for k, v in initial.items())
