@@ -374,6 +374,8 @@ class GeneralBilinearAttention(transformer_layers.SelfAttention):
     if relative_attention_type not in _RELATIVE_TYPES:
       raise ValueError("relative_attention_type must be one of %s, got %r"
                        % (_RELATIVE_TYPES, relative_attention_type))
+    if not 0.0 <= dropout_rate < 1.0:
+      raise ValueError("dropout_rate must be in [0, 1), got %r" % dropout_rate)
     self.dropout_rate = dropout_rate
     self.relative_attention_type = relative_attention_type
     self.relative_attention_num_buckets = relative_attention_num_buckets
