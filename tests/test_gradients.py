@@ -167,12 +167,10 @@ def test_bf16_logits_near_1e4_stay_finite(bf16, i):
   assert np.all(np.isfinite(out["y%d" % i]))
   w = out["w%d" % i]
   assert np.all(np.isfinite(w)) and np.all(w >= 0)
-  # mtf.softmax is exp(L - logsumexp(L)): in float32 at |L| ~ 1e4 that
-  # difference carries the spacing of float32 numbers near |L| (~1e-3), so
-  # each weight is good to that relative precision, and so is their sum
-  resolution = float(np.spacing(np.float32(bf16["max_logit"](out, i))))
-  np.testing.assert_allclose(w.sum(axis=bf16["axes"][i]), 1.0,
-                             atol=resolution)
+  # compute_w is exp(L - max L) / sum (not mtf.softmax's exp(L - logsumexp)),
+  # so even at |L| ~ 1e4 the weights sum to 1 at float32 precision, not at
+  # the ~1e-3 spacing of float32 numbers near 1e4
+  np.testing.assert_allclose(w.sum(axis=bf16["axes"][i]), 1.0, atol=1e-5)
   # the softmax is saturated: some query puts (almost) all weight on one key
   assert np.max(w) > 0.99
 
