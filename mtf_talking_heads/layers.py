@@ -249,8 +249,21 @@ class EncDecAttentionLayer(AttentionLayer):
 
 
 def _pair(value, default_name):
-  """An int size becomes (default_name, size); pairs and Dimensions pass."""
-  return (default_name, value) if isinstance(value, int) else value
+  """An int size becomes (default_name, size); pairs and Dimensions pass.
+
+  Validated here because the variants pass `heads` on as heads_k / heads_v,
+  and an error must name the parameter the caller set (`default_name`).
+  """
+  pair = (default_name, value) if isinstance(value, int) else value
+  try:
+    size = mtf.convert_to_dimension(pair).size
+  except (TypeError, ValueError):
+    raise ValueError("%s must be an int or a (name, size) pair, got %r"
+                     % (default_name, value))
+  if not isinstance(size, int) or size <= 0:
+    raise ValueError("%s must have a positive size, got %r; set %s to a "
+                     "positive integer" % (default_name, value, default_name))
+  return pair
 
 
 def _multi_head_kwargs(heads, kwargs):
