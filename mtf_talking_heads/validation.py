@@ -403,9 +403,9 @@ def attention_tensor_shapes(layer, d_model, batch, length, memory_length=None):
     heads = [layer.heads]
   else:
     raise ValueError(
-        "layer: %r is not an attention layer of mtf_talking_heads.layers "
+        "layer: a %s is not an attention layer of mtf_talking_heads.layers "
         "(a talking-heads-family or general bilinear layer); describe its "
-        "tensors in extra_shapes instead" % (layer,))
+        "tensors in extra_shapes instead" % type(layer).__name__)
   if getattr(layer, "relative_attention_type", None):
     shapes["relative_attention_bias"] = heads + [
         mtf.Dimension("buckets", layer.relative_attention_num_buckets)]
@@ -491,9 +491,9 @@ def check_layers(layers, d_model, mesh_shape, layout, batch, length,
     if not (_is_talking_heads_layer(layer) or
             _is_general_bilinear_layer(layer)):
       raise ValueError(
-          "layers[%d]: %r is not an attention layer of "
+          "layers[%d]: a %s is not an attention layer of "
           "mtf_talking_heads.layers; pass only attention layers and describe "
-          "other tensors in extra_shapes" % (i, layer))
+          "other tensors in extra_shapes" % (i, type(layer).__name__))
     for name, dims in attention_tensor_shapes(
         layer, d_model, b, length, memory_length).items():
       shapes["layers[%d].%s" % (i, name)] = dims

@@ -23,6 +23,7 @@ random weights and a tiny vocabulary, and evaluates in one session:
 
 Everything runs on one logical CPU (mesh ""), in float32.
 """
+import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 import gin
 import mesh_tensorflow as mtf
 from mesh_tensorflow.transformer import transformer

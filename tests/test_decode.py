@@ -23,7 +23,7 @@ memory-dependent projection from the current position only, so its
 incremental logits agree at position 0 (the memory is that position alone)
 and differ from teacher forcing afterwards.
 """
-import mesh_tensorflow as mtf  # noqa: F401  (import order: after compat)
+import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 from mesh_tensorflow.transformer import transformer_layers
 import numpy as np
 import pytest

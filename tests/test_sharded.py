@@ -14,7 +14,7 @@ cases of the pre-graph checks.
 The full matrix (60 sharded runs, about 10 minutes) is marked slow; the cases
 in FAST run in `make test`.
 """
-import mesh_tensorflow as mtf  # noqa: F401  (import order: after compat)
+import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 from mesh_tensorflow.transformer import transformer_layers
 import numpy as np
 import pytest
