@@ -28,13 +28,12 @@ import os
 import gin
 import mesh_tensorflow as mtf
 from mesh_tensorflow.transformer import transformer
-from mesh_tensorflow.transformer import utils as mtf_utils
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # An editable install or a checkout: <repo>/gin; a wheel may ship <package>/gin.
 _CANDIDATE_GIN_DIRS = (os.path.join(os.path.dirname(_PACKAGE_DIR), "gin"),
                        os.path.join(_PACKAGE_DIR, "gin"))
-MTF_DEFAULTS_GIN = os.path.join(os.path.dirname(mtf_utils.__file__), "gin",
+MTF_DEFAULTS_GIN = os.path.join(os.path.dirname(transformer.__file__), "gin",
                                 "defaults.gin")
 # Tensor dims that mtf's own stock layouts name although a model may lack
 # them (defaults.gin: "ensemble:ensemble,...,experts:batch"); harmless.

@@ -464,6 +464,53 @@ def _configure_estimator(estimator, seed):
   estimator._session_config = config.session_config  # pylint: disable=protected-access
 
 
+class OrderGlobalStepHook(tf.train.SessionRunHook):
+  """Makes the global-step increment wait for every read of the step.
+
+  mtf 0.1.21's train op is tf.group(variable updates + assign_add(step)),
+  and the learning-rate schedule and Adafactor (decay rate 1 - (t+1)^-0.8)
+  read the step in the same session.run with no ordering: on a
+  multi-threaded CPU they see t or t+1 at random, so two runs with the same
+  seed and data diverge after one step.  In begin() (before the graph is
+  finalised) this hook adds every op of the training step that reads the
+  global step as a control input of the increment, so they all see t, as
+  on a TPU.  Reads that only other session.runs execute (summaries, savers)
+  are left alone.
+  """
+
+  def begin(self):
+    step = tf.train.get_global_step()
+    if step is None:
+      return
+    step_tensors = set([step.op.outputs[0]])
+    increments = [op for op in step.op.outputs[0].consumers()
+                  if op.type in ("AssignAdd", "AssignAddVariableOp")]
+    for increment in increments:
+      siblings = []
+      for group in increment._control_outputs:  # pylint: disable=protected-access
+        siblings.extend(op for op in group.control_inputs
+                        if op is not increment)
+      fanin = _transitive_fanin(siblings, stop=increment)
+      reads = [op for op in fanin if op is not increment and
+               any(t in step_tensors for t in op.inputs)]
+      if reads:
+        increment._add_control_inputs(reads)  # pylint: disable=protected-access
+
+
+def _transitive_fanin(ops, stop):
+  """All ops that `ops` depend on (data and control edges), except `stop`."""
+  seen = set()
+  stack = list(ops)
+  while stack:
+    op = stack.pop()
+    if op in seen or op is stop:
+      continue
+    seen.add(op)
+    stack.extend(t.op for t in op.inputs)
+    stack.extend(op.control_inputs)
+  return seen
+
+
 def latest_step(model_dir):
   """Global step of the latest checkpoint in model_dir, or None."""
   path = tf.train.latest_checkpoint(model_dir) if tf.io.gfile.exists(
@@ -540,7 +587,8 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
                                log_every_steps=log_every_steps,
                                print_every_secs=print_every_secs)
   try:
-    estimator.train(input_fn=input_fn, max_steps=train_steps, hooks=[hook])
+    estimator.train(input_fn=input_fn, max_steps=train_steps,
+                    hooks=[OrderGlobalStepHook(), hook])
   except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError) as e:
     if start and ("checkpoint" in str(e).lower() or "restor" in str(e).lower()
                   or "Key " in str(e)):
