@@ -11,12 +11,12 @@ random weights and a tiny vocabulary, and evaluates in one session:
     positions in parallel) of that decoded sequence; each decoded token must
     be their argmax at its position;
   * ``stepped``: per-position logits of a fixed random target sequence from an
-    unrolled loop that calls the model in "first_part" and then "incremental"
-    mode one position at a time (the same Context set-up as
-    `sample_autoregressive`), starting from empty caches;
-  * ``stepped_after_prefix``: the same, but "first_part" runs on the first
-    `prefix` target tokens (its states are kept, as for partial sequences)
-    and the incremental steps continue from there;
+    unrolled loop that calls the model in "incremental" mode one position at
+    a time, with the Context set up as `sample_autoregressive` sets it up:
+    positions < `prefix` start from empty caches (as greedy decoding does);
+    at position `prefix` the caches are replaced by the states that
+    "first_part" recorded for the first `prefix` target tokens (as decoding
+    a partial sequence does) and the steps continue from there;
   * ``first_part``: the logits of that "first_part" call (valid for
     positions < prefix);
   * ``forced``: the teacher-forced logits of the target sequence.
@@ -55,7 +55,7 @@ class DecodeRun(object):
   """
 
   def __init__(self, decoder_layers, encoder_layers=None, d_model=16,
-               vocab=24, batch=2, length=5, input_length=4, prefix=2,
+               vocab=24, batch=2, length=5, input_length=4, prefix=3,
                seed=20200305):
     """Builds the graph and runs it once (results in `self.results`).
 
@@ -68,8 +68,8 @@ class DecodeRun(object):
       batch: an integer.
       length: an integer, the decoded length.
       input_length: an integer, the encoder input length.
-      prefix: an integer in [1, length), the partial-sequence length used for
-        ``stepped_after_prefix``.
+      prefix: an integer in [1, length): steps before it start from empty
+        caches, steps from it on continue from "first_part" states.
       seed: an integer.
     """
     harness.parse_mtf_defaults()
@@ -134,10 +134,8 @@ class DecodeRun(object):
       outputs["decoded"] = decoded
       outputs["forced_on_decoded"] = self._forced(decoded)
       outputs["forced"] = self._forced(targets)
-      outputs["stepped"] = self._stepped(targets, 0)
-      first_part, stepped = self._stepped(targets, prefix, with_first=True)
-      outputs["first_part"] = first_part
-      outputs["stepped_after_prefix"] = stepped
+      outputs["first_part"], outputs["stepped"] = self._stepped(targets,
+                                                                prefix)
 
       lowering = mtf.Lowering(mesh.graph, {mesh: harness.mesh_impl("", "")})
       tf_outputs = {k: lowering.export_to_tf_tensor(v)
@@ -202,17 +200,17 @@ class DecodeRun(object):
         read_priority=length_range if mode == "first_part" else position,
         inputs=inputs, **kwargs)
 
-  def _stepped(self, ids, prefix, with_first=False):
-    """Logits from "first_part" on ids[:prefix], then one step per position.
+  def _stepped(self, ids, prefix):
+    """Logits of `ids` from one "incremental" step per position.
 
     Args:
       ids: int32 [batch, length] target sequence.
-      prefix: number of leading tokens given to "first_part" (0: empty
-        caches, as in sample_autoregressive(has_partial_sequences=False)).
-      with_first: also return the "first_part" logits.
+      prefix: steps at positions < prefix start from empty caches (zeros, as
+        sample_autoregressive(has_partial_sequences=False)); at position
+        `prefix` the caches become the states "first_part" recorded for
+        ids[:prefix] (as sample_autoregressive with partial sequences).
     Returns:
-      logits [batch, length, vocab] with the stepped logits at positions
-      >= prefix (zeros before), and optionally the first_part logits.
+      (first_part logits, stepped logits), each [batch, length, vocab].
     """
     kwargs = self._encoder_kwargs()
     length_dim = self.length_dim
@@ -223,14 +221,11 @@ class DecodeRun(object):
     with tf.variable_scope(self.decoder.name, reuse=tf.AUTO_REUSE):
       first_logits = self.decoder._call_internal(  # pylint: disable=protected-access
           first, transformer.autoregressive_inputs(partial))
-    states = first.new_states
-    if prefix == 0:
-      states = [mtf.zeros_like(t) for t in states]
+    states = [mtf.zeros_like(t) for t in first.new_states]
     per_position = []
     for p in range(length_dim.size):
-      if p < prefix:
-        per_position.append(None)
-        continue
+      if p == prefix:
+        states = first.new_states
       position = mtf.constant(self.mesh, p, mtf.Shape([self.batch_dim]),
                               dtype=tf.int32)
       if p == 0:
@@ -243,10 +238,4 @@ class DecodeRun(object):
         logits = self.decoder._call_internal(step, inputs)  # pylint: disable=protected-access
       states = step.new_states
       per_position.append(logits)
-    zeros = mtf.zeros_like(per_position[-1])
-    stepped = mtf.stack([zeros if l is None else l for l in per_position],
-                        length_dim.name, axis=1)
-    if with_first:
-      return first_logits, stepped
-    return stepped
-
+    return first_logits, mtf.stack(per_position, length_dim.name, axis=1)

@@ -6,10 +6,11 @@ batch 2, decoded length 5) is built by tests/_decode_util.py.  Three checks:
   1. greedy decoding with mtf's own loop (Unitransformer.sample_autoregressive
      or Bitransformer.decode, temperature 0.0) produces, at every position,
      the argmax of the teacher-forced logits of the decoded sequence;
-  2. the logits of an unrolled loop that calls the model in "first_part" and
-     then "incremental" mode one position at a time (from empty caches, and
-     after a 2-token prefix given to "first_part") equal the teacher-forced
-     logits at every position, to LOGITS_TOL;
+  2. the logits of an unrolled loop that calls the model in "incremental"
+     mode one position at a time equal the teacher-forced logits at every
+     position, to LOGITS_TOL; the first 3 steps start from empty caches,
+     the later ones continue from the states "first_part" recorded for a
+     3-token prefix (the partial-sequence path of sample_autoregressive);
   3. the "first_part" logits equal the teacher-forced ones on the prefix.
 
 Decoder self-attention runs in a Unitransformer; attention over the encoder
@@ -87,8 +88,6 @@ def _check(run):
                                 r["forced_on_decoded"].argmax(-1))
   forced, p = r["forced"], run.prefix
   assert _relative_error(r["stepped"], forced) <= LOGITS_TOL
-  assert _relative_error(r["stepped_after_prefix"][:, p:],
-                         forced[:, p:]) <= LOGITS_TOL
   assert _relative_error(r["first_part"][:, :p], forced[:, :p]) <= LOGITS_TOL
   return decoded
 
@@ -100,11 +99,18 @@ def test_decoder_self_attention(variant):
   assert len(np.unique(decoded)) > 1, decoded
 
 
+# In `make test`: these three cover every code path of the encoder-attention
+# layers (the cached constant K, V, R_Ml, R_Mw; GBMA's cached M); the other
+# variants differ only in their dims and run with `make test-all`.
 # mtf's enc-dec relative position bias needs gin bindings of its span-based
 # relative positions (relative_position_spans.num_sentinels), so the
 # relative-bias variant is checked in decoder self-attention only.
-@pytest.mark.parametrize(
-    "variant", [v for v in VARIANTS if v != "talking_heads_relative_bias"])
+_ENC_DEC_FAST = ("talking_heads", "general_bilinear", "dynamic_all")
+
+
+@pytest.mark.parametrize("variant", [
+    pytest.param(v, marks=() if v in _ENC_DEC_FAST else (pytest.mark.slow,))
+    for v in VARIANTS if v != "talking_heads_relative_bias"])
 def test_encoder_attention_in_bitransformer(variant):
   self_attention, encoder_attention = VARIANTS[variant]
   run = _decode_util.DecodeRun(
