@@ -36,6 +36,7 @@ import json
 import math
 import os
 import re
+import resource
 import shlex
 import shutil
 import subprocess
@@ -45,9 +46,10 @@ import time
 from gin import config_parser
 
 from mtf_talking_heads import costs
+from mtf_talking_heads import models
+from mtf_talking_heads import progress
 
-GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), "gin")
+GIN_DIR = models.gin_dir()
 EXPERIMENTS = "experiments"
 
 # The macros every experiment file defines (docs/gin_guide.md).
@@ -78,7 +80,7 @@ RESULT_COLUMNS = (
     "d_k", "d_v", "dynamic", "placement", "scale", "seed", "early_step",
     "early_ln_ppl", "final_step", "final_ln_ppl", "step_time_sec", "params",
     "multiplies", "multiplies_executed", "d_model", "cost_length",
-    "wall_sec", "model_dir")
+    "wall_sec", "cpu_sec", "model_dir")
 
 Row = collections.namedtuple("Row", [
     "name", "label", "variant", "heads_k", "heads", "heads_v", "d_k", "d_v",
@@ -218,13 +220,13 @@ class GinConfig(object):
 # Rows from paper tables.
 
 def paper_table_names(gin_dir=GIN_DIR):
-  """The paper tables: the directories of gin/experiments/, sorted."""
+  """The paper tables: the directories of gin/experiments/ with gin files."""
   root = os.path.join(gin_dir, EXPERIMENTS)
   if not os.path.isdir(root):
     return []
   return sorted(d for d in os.listdir(root)
-                if any(f.endswith(".gin")
-                       for f in os.listdir(os.path.join(root, d))))
+                if os.path.isdir(os.path.join(root, d)) and any(
+                    f.endswith(".gin") for f in os.listdir(os.path.join(root, d))))
 
 
 def _positive_int(value, name, where):
@@ -673,7 +675,8 @@ class Sweep(object):
     gin_files: extra gin files after the scale's (e.g. layouts/...).
     gin_params: extra bindings after everything (e.g. "mesh_shape='model:2'").
     launcher: argv prefix that runs `mtf_th` (default: this Python).
-    tpu: a TPU name: commands get --tpu (printed by dry_run_text).
+    tpu, tpu_zone, gcp_project: a Cloud TPU: every command gets --tpu etc.
+      (see dry_run_text).
     gin_dir: the gin root.
     log: where progress lines go (default sys.stdout).
 
@@ -683,8 +686,8 @@ class Sweep(object):
 
   def __init__(self, rows, output_dir, scale="tiny", seeds=1,
                train_steps=None, eval_steps=None, table="grid", gin_files=(),
-               gin_params=(), launcher=None, tpu=None, gin_dir=GIN_DIR,
-               log=None):
+               gin_params=(), launcher=None, tpu=None, tpu_zone=None,
+               gcp_project=None, gin_dir=GIN_DIR, log=None):
     if not rows:
       raise ValueError("rows: the sweep has no rows")
     if scale not in SCALES:
@@ -706,7 +709,13 @@ class Sweep(object):
     self.extra_params = tuple(gin_params)
     self.launcher = list(launcher or [sys.executable, "-m",
                                       "mtf_talking_heads.cli"])
-    self.tpu = tpu
+    self.tpu_flags = []
+    for flag, value in (("--tpu", tpu), ("--tpu_zone", tpu_zone),
+                        ("--gcp_project", gcp_project)):
+      if value:
+        self.tpu_flags += [flag, value]
+    if self.tpu_flags and not tpu:
+      raise ValueError("tpu_zone / gcp_project need tpu (--tpu NAME)")
     self.gin_dir = gin_dir
     self.log = log or sys.stdout
     self._configs = {}
@@ -803,7 +812,7 @@ class Sweep(object):
     """The argv lists (starting with "mtf_th") of one run, in order."""
     model_dir = self.model_dir(row, seed)
     gin = self._gin_args(row, seed)
-    tpu = ["--tpu", self.tpu] if self.tpu else []
+    tpu = self.tpu_flags
     cmds = [["mtf_th", "train", "--model_dir", model_dir] + gin + tpu
             + ["--train_steps", str(steps)]
             for steps in self._train_segments(row)]
@@ -894,12 +903,16 @@ class Sweep(object):
     os.makedirs(run.model_dir)
     log_path = os.path.join(run.model_dir, "sweep.log")
     start = time.time()
+    cpu_start = _children_cpu_seconds()
     for argv in run.commands:
       argv = self.launcher + argv[1:]
       with open(log_path, "a") as log:
         log.write("$ %s\n" % " ".join(shlex.quote(a) for a in argv))
         log.flush()
+        began = time.time()
         code = subprocess.call(argv, stdout=log, stderr=subprocess.STDOUT)
+        log.write("# exit status %d after %.1f s\n" % (code,
+                                                      time.time() - began))
       if code != 0:
         with open(log_path) as log:
           tail = "".join(log.readlines()[-15:])
@@ -908,6 +921,7 @@ class Sweep(object):
             % (run.row.name, run.seed, code, " ".join(argv[:len(
                 self.launcher) + 1]), log_path, tail))
     wall = time.time() - start
+    cpu = _children_cpu_seconds() - cpu_start
     record = self._row_record(run.row, run.seed)
     evals = read_eval_results(run.model_dir)
     for key, step in (("early_ln_ppl", self.eval_steps[0]),
@@ -916,10 +930,11 @@ class Sweep(object):
         raise RuntimeError(
             "run %s seed %d: %s has no ln_ppl at step %d (has %s)"
             % (run.row.name, run.seed, os.path.join(
-                run.model_dir, EVAL_CSV), step, sorted(evals)))
+                run.model_dir, progress.EVAL_RESULTS), step, sorted(evals)))
       record[key] = evals[step]
     record["step_time_sec"] = step_time(read_train_log(run.model_dir))
     record["wall_sec"] = round(wall, 1)
+    record["cpu_sec"] = round(cpu, 1)
     return record
 
   def run(self):
@@ -944,12 +959,12 @@ class Sweep(object):
       walls.append(record["wall_sec"])
       eta = (len(todo) - i - 1) * sum(walls) / len(walls)
       self._say("[%d/%d] %s seed %d: ln(PPL) %.4f @%d, %.4f @%d; step %.4f "
-                "s; %.0f s; ETA %s"
+                "s; %.0f s (%.0f s CPU); ETA %s"
                 % (len(runs) - len(todo) + i + 1, len(runs), run.row.name,
                    run.seed, record["early_ln_ppl"], self.eval_steps[0],
                    record["final_ln_ppl"], self.eval_steps[1],
                    record["step_time_sec"], record["wall_sec"],
-                   _duration(eta)))
+                   record["cpu_sec"], progress.format_seconds(eta)))
       self.write_table()
     self.write_table()
     self.write_plots()
@@ -975,11 +990,20 @@ class Sweep(object):
 
   def write_table(self):
     path = os.path.join(self.output_dir, RESULTS_MD)
-    header = ("# Sweep `%s`, %s scale\n\n%d seeds per row, %d training steps;"
-              " runs in `runs/`, every run in `results.csv`.\n\n"
-              % (self.table, self.scale, self.seeds, self.train_steps))
+    summary = self.summary()
+    runs = sum(s["seeds"] for s in summary)
+    wall = sum(s["wall"] or 0.0 for s in summary)
+    cpu = sum(s["cpu"] or 0.0 for s in summary)
+    title = (table_caption(self.table, self.gin_dir)
+             if self.table in paper_table_names(self.gin_dir) else self.table)
+    header = ("# Sweep `%s`: %s, %s scale\n\n%d seeds per row, %d training "
+              "steps; %d of %d runs recorded (wall %s, CPU %s); every run in "
+              "`results.csv`, run directories in `runs/`.\n\n"
+              % (self.table, title, self.scale, self.seeds, self.train_steps,
+                 runs, len(self.rows) * self.seeds,
+                 progress.format_seconds(wall), progress.format_seconds(cpu)))
     with open(path, "w") as f:
-      f.write(header + self.markdown())
+      f.write(header + self.markdown(summary))
 
   def write_plots(self):
     """plot_heads.png, plot_loss.png, plot_step_time.png in output_dir."""
@@ -1010,31 +1034,25 @@ class Sweep(object):
     return "\n".join(lines) + "\n\n" + self.markdown(summary)
 
 
+def _children_cpu_seconds():
+  """User + system CPU seconds of this process's finished child processes."""
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return usage.ru_utime + usage.ru_stime
+
+
 # ---------------------------------------------------------------------------
-# Reading what the training wrote.
-
-TRAIN_LOG = "train_log.csv"
-EVAL_CSV = "eval_results.csv"
-
+# Reading what the training wrote (progress.py's files).
 
 def read_train_log(model_dir):
-  """[(step, loss, steps_per_sec, elapsed_sec)] from <model_dir>/train_log.csv."""
-  path = os.path.join(model_dir, TRAIN_LOG)
-  if not os.path.exists(path):
-    return []
-  with open(path) as f:
-    return [(int(r["step"]), float(r["loss"]), float(r["steps_per_sec"]),
-             float(r["elapsed_sec"])) for r in csv.DictReader(f)]
+  """[(step, loss, steps_per_sec)] from <model_dir>/train_log.csv."""
+  return [(r["step"], r["loss"], r["steps_per_sec"])
+          for r in progress.read_train_log(model_dir)]
 
 
 def read_eval_results(model_dir, split="validation"):
-  """{step: ln_ppl} of `split` from <model_dir>/eval_results.csv (last wins)."""
-  path = os.path.join(model_dir, EVAL_CSV)
-  if not os.path.exists(path):
-    return {}
-  with open(path) as f:
-    return {int(r["step"]): float(r["ln_ppl"]) for r in csv.DictReader(f)
-            if r["split"] == split}
+  """{step: ln_ppl} of `split` from <model_dir>/eval_results.csv."""
+  return {r["step"]: r["ln_ppl"] for r in progress.read_eval_results(model_dir)
+          if r["split"] == split}
 
 
 def step_time(log_rows):
@@ -1080,7 +1098,7 @@ def summarize(rows, records, cost_records):
 
   Returns:
     [dict(row=Row, seeds=n, early=(mean, std), final=(mean, std),
-          step_time=mean, wall=total, params, multiplies,
+          step_time=mean, wall=total, cpu=total, params, multiplies,
           multiplies_executed)] in row order.
   """
   by_row = collections.defaultdict(list)
@@ -1096,6 +1114,7 @@ def summarize(rows, records, cost_records):
         final=_mean_std([_float(r["final_ln_ppl"]) for r in recs]),
         step_time=_mean_std([_float(r["step_time_sec"]) for r in recs])[0],
         wall=sum(_float(r["wall_sec"]) for r in recs) if recs else None,
+        cpu=sum(_float(r["cpu_sec"]) for r in recs) if recs else None,
         **{k: cost_records[row.name][k]
            for k in ("params", "multiplies", "multiplies_executed")}))
   return out
@@ -1192,16 +1211,6 @@ def markdown_table(summary, eval_steps, d_models, cost_lengths, scale, seeds):
          "the paper's n=m=512" if scale == "base"
          else "the tiny model's input length"))
   return "\n".join(lines) + "\n"
-
-
-def _duration(seconds):
-  seconds = int(round(seconds))
-  if seconds < 60:
-    return "%ds" % seconds
-  if seconds < 3600:
-    return "%dm%02ds" % divmod(seconds, 60)
-  h, rest = divmod(seconds, 3600)
-  return "%dh%02dm" % (h, rest // 60)
 
 
 def _pyplot():

@@ -169,6 +169,19 @@ def test_dry_run_tiny_uses_the_tiny_models_length_and_width(tmp_path, capsys):
   assert commands[0].endswith("--train_steps 400")
 
 
+def test_dry_run_tpu_commands(tmp_path, capsys):
+  text = _dry_run(capsys, "--paper_table", "t5_heads", "--rows", "7",
+                  "--scale", "base", "--output_dir", "gs://bucket/t5",
+                  "--tpu", "my-tpu", "--tpu_zone", "europe-west4-a")
+  commands = [l for l in text.splitlines() if l.startswith("mtf_th ")]
+  # 65536 is not a multiple of save_checkpoints_steps (1000): two train calls
+  assert [c.split()[1] for c in commands] == ["train", "train", "eval"]
+  for c in commands:
+    assert "--tpu my-tpu --tpu_zone europe-west4-a" in c
+    assert "--model_dir gs://bucket/t5/runs/07_talking_heads_24_32/seed_1" in c
+    assert "models/t5_tiny.gin" not in c
+
+
 # ---------------------------------------------------------------------------
 # Grids.
 
@@ -354,7 +367,7 @@ def test_sweep_end_to_end_with_stand_in_trainer(tmp_path, fake_mtf_th):
         5 - heads / 100 - 0.020 + seed / 500)
     assert float(r["step_time_sec"]) == pytest.approx(0.01)
     assert int(r["cost_length"]) == 64 and int(r["d_model"]) == 64
-    assert math.isfinite(float(r["wall_sec"]))
+    assert math.isfinite(float(r["wall_sec"])) and float(r["cpu_sec"]) >= 0
     params, mults, _ = sweep.row_costs(
         [row for row in job.rows if row.name == r["row"]][0], 64, 64)
     assert (int(r["params"]), int(r["multiplies"])) == (params, mults)
@@ -428,8 +441,7 @@ def test_rerun_with_other_settings_is_refused(tmp_path, fake_mtf_th):
 
 
 def test_step_time_is_the_median_seconds_per_step():
-  log = [(1, 9.0, 0.5, 2.0), (2, 8.0, 10.0, 2.1), (3, 7.0, 20.0, 2.15),
-         (4, 6.0, 10.0, 2.25)]
+  log = [(1, 9.0, 0.5), (2, 8.0, 10.0), (3, 7.0, 20.0), (4, 6.0, 10.0)]
   assert sweep.step_time(log) == pytest.approx(0.1)
   assert math.isnan(sweep.step_time([]))
 
@@ -448,13 +460,15 @@ def test_real_tiny_sweep_two_rows(tmp_path):
       "--gin_param", "num_layers = 1", "--gin_param", "d_model = 16",
       "--gin_param", "d_ff = 32", "--gin_param", "inputs_length = 32",
       "--gin_param", "targets_length = 8", "--gin_param", "batch_size = 2",
-      "--gin_param", "save_checkpoints_steps = 2"]
+      "--gin_param", "save_checkpoints_steps = 2",
+      "--gin_param", "mtf_th.evaluate_checkpoints.max_eval_examples = 8"]
   done = subprocess.run(args, capture_output=True, text=True, timeout=900)
   assert done.returncode == 0, done.stdout + done.stderr
   records = _read_csv(out / "results.csv")
   assert [r["variant"] for r in records] == ["multi_head", "talking_heads"]
   for r in records:
-    for key in ("early_ln_ppl", "final_ln_ppl", "step_time_sec", "wall_sec"):
+    for key in ("early_ln_ppl", "final_ln_ppl", "step_time_sec", "wall_sec",
+                "cpu_sec"):
       assert math.isfinite(float(r[key])) and float(r[key]) > 0, key
     assert int(r["cost_length"]) == 32 and int(r["d_model"]) == 16
   # ln(PPL) of a 4-step model is near ln(vocabulary size), far from 0.

@@ -88,8 +88,10 @@ def _build_parser():
   how.add_argument("--layout", help="shorthand for --gin_param "
                    "\"layout = '...'\"")
   how.add_argument("--tpu", metavar="NAME",
-                   help="pass --tpu NAME to every train/eval command (use "
-                   "with --dry_run to print TPU commands)")
+                   help="pass --tpu NAME to every train/eval command (with "
+                   "--dry_run: print the TPU commands)")
+  how.add_argument("--tpu_zone", help="passed on with --tpu")
+  how.add_argument("--gcp_project", help="passed on with --tpu")
   how.add_argument("--dry_run", action="store_true",
                    help="print the commands and the table (params and "
                    "multiplies only); train nothing, write nothing")
@@ -129,7 +131,8 @@ def _make_sweep(args, sweep):
   return sweep.Sweep(rows, args.output_dir, scale=args.scale,
                      seeds=args.seeds, train_steps=args.train_steps,
                      eval_steps=args.eval_steps, table=table,
-                     gin_files=args.gin_file, gin_params=params, tpu=args.tpu)
+                     gin_files=args.gin_file, gin_params=params, tpu=args.tpu,
+                     tpu_zone=args.tpu_zone, gcp_project=args.gcp_project)
 
 
 def main(argv=None):
