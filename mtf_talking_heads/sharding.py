@@ -6,22 +6,575 @@ tensors) with its own heads dims, hands them to ``strategy.core(...)`` and
 projects the returned O with P_o.  A strategy may rename dims of its inputs
 (each rename is an mtf reshape: free, an all-gather or an all-to-all,
 depending on the layout) as long as the result equals the unsharded one.
+
+Select one per layer class with gin, and add the rules it names
+(``strategy.layout_rules()``) to the layout::
+
+  mtf_th.TalkingHeadsAttention.strategy = @mtf_th.BatchSplit()
+  layout = "heads_k:model;heads_v:model;core_shard:model"
+
+Strategies (docs/sharding.md derives what each moves, per device, under ring
+costs; P = size of the mesh axis, S = elements of one tensor):
+
+  HeadsParallel   the core keeps the layer's heads dims as laid out.  With
+                  heads_k and heads_v split, L = J P_l and dW = dU P_w^T
+                  all-reduce whole n x m x h tensors: 2 (P-1)/P b n m h each.
+  QuerySplit      Q goes heads-split -> query-split (all-to-all), K and V are
+                  gathered (all-gather; with reduce_scatter=True written as
+                  broadcast + all-to-all so that their gradients are
+                  all-to-all + local sum, i.e. reduce-scatters), O goes back.
+                  Needs length % P == 0.  Every n x m x heads slice is 1/P.
+  BatchSplit      Q, K, V go heads-split -> batch-split (all-to-all), O goes
+                  back: 4 all-to-alls of b n h d_k / P^2 per device each way.
+                  Needs batch % P == 0 (per group of the other mesh axes).
+
+The split strategies read the layout from ``context.model.layout`` and
+``context.model.mesh_shape`` (t5's utils.build_model and the test harness
+pass them to the model, as mtf's MoE layers require too) and run
+``check(...)`` before building anything, so a layout they cannot serve fails
+with a ValueError naming the dim and the mesh axis.  Every rename is written
+so that mtf lowers it to the collective named above (no allconcat hides in a
+reshape), see ``_SplitCore``.
 """
+import functools
+
 import gin
+import mesh_tensorflow as mtf
+import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import attention
 
+# Every op a strategy builds for the core (and, by mtf's naming, every
+# gradient op of those) lives under this variable scope; comm.py finds the
+# n x m x heads activations by it.
+CORE_SCOPE = "attention_core"
+BATCH = "batch"
+LENGTH = "length"
+MEMORY_LENGTH = "memory_length"
+
+
+class MeshLayout(object):
+  """A mesh shape and layout rules, asked by tensor-dimension name.
+
+  Example:
+    MeshLayout("batch:2;model:4", "batch:batch;heads:model").axis_of("heads")
+    == "model"
+  """
+
+  def __init__(self, mesh_shape, layout):
+    try:
+      self.mesh_shape = mtf.convert_to_shape(mesh_shape or "") or mtf.Shape([])
+    except (ValueError, TypeError) as e:
+      raise ValueError("mesh_shape %r is not 'axis:size;...' (%s)"
+                       % (mesh_shape, e))
+    try:
+      self.rules = mtf.convert_to_layout_rules(layout or "")
+    except (ValueError, TypeError) as e:
+      raise ValueError("layout %r is not 'dim:axis;...' (%s)" % (layout, e))
+    self.mesh_shape_string = ";".join(
+        "%s:%d" % (d.name, d.size) for d in self.mesh_shape.dims)
+
+  def axis_of(self, name):
+    """The mesh axis name that tensor dims called `name` map to, or None."""
+    try:
+      index = self.rules.tensor_dimension_to_mesh_axis(
+          mtf.Dimension(name, 1), self.mesh_shape)
+    except ValueError:
+      raise ValueError("layout maps dim %r to more than one mesh axis" % name)
+    return None if index is None else self.mesh_shape.dims[index].name
+
+  def axis_size(self, axis):
+    """Size of mesh axis `axis` (1 if the mesh has no such axis)."""
+    for d in self.mesh_shape.dims:
+      if d.name == axis:
+        return d.size
+    return 1
+
+  def has_axis(self, axis):
+    return axis in [d.name for d in self.mesh_shape.dims]
+
+  def names_on(self, axis):
+    """Tensor-dim names the layout maps to mesh axis `axis`."""
+    return self.rules.mesh_dimension_name_to_tensor_dimension_names(axis)
+
+
+def _attention_tensors(dims):
+  """{tensor: [dim names]} of every tensor the attention core touches."""
+  hk, h, hv = dims.heads_k.name, dims.heads.name, dims.heads_v.name
+  tensors = {
+      "Q": [BATCH, LENGTH, hk, dims.d_k.name],
+      "K": [BATCH, MEMORY_LENGTH, hk, dims.d_k.name],
+      "V": [BATCH, MEMORY_LENGTH, hv, dims.d_v.name],
+      "J": [BATCH, LENGTH, MEMORY_LENGTH, hk],
+      "L": [BATCH, LENGTH, MEMORY_LENGTH, h],
+      "U": [BATCH, LENGTH, MEMORY_LENGTH, hv],
+      "O": [BATCH, LENGTH, hv, dims.d_v.name],
+  }
+  if dims.project_logits:
+    tensors["P_l"] = [hk, h]
+  if dims.project_weights:
+    tensors["P_w"] = [h, hv]
+  return tensors
+
+
+def check_layout(dims, mesh, batch, length):
+  """Checks divisibility and obstacle 1 for the attention tensors.
+
+  Args:
+    dims: attention.AttentionDims.
+    mesh: a MeshLayout.
+    batch: the batch size (per model replica, i.e. the "batch" dim).
+    length: the sequence length (n = m for self-attention).
+  Raises:
+    ValueError: naming the dim and mesh axis, if a dim mapped to an axis is
+      not divisible by its size, or two dims of one tensor map to one axis.
+  """
+  sizes = {BATCH: batch, LENGTH: length, MEMORY_LENGTH: length}
+  for d in dims:
+    sizes[d.name] = d.size
+  for name, size in sorted(sizes.items()):
+    axis = mesh.axis_of(name)
+    if axis is not None and size % mesh.axis_size(axis):
+      raise ValueError(
+          "dim %r (size %d) is not divisible by mesh axis %r (size %d); "
+          "change the size or drop %s:%s from the layout"
+          % (name, size, axis, mesh.axis_size(axis), name, axis))
+  for tensor, names in sorted(_attention_tensors(dims).items()):
+    seen = {}
+    for name in names:
+      axis = mesh.axis_of(name)
+      if axis is None:
+        continue
+      if axis in seen and seen[axis] != name:
+        raise ValueError(
+            "dims %r and %r both map to mesh axis %r, but %s[%s] has both "
+            "(mtf: two dims of one tensor may not map to one mesh axis); "
+            "split only one of them on %r"
+            % (seen[axis], name, axis, tensor, ", ".join(names), axis))
+      seen[axis] = name
+
+
+def _model_layout(context):
+  """The MeshLayout the model was built for (None if it was not told)."""
+  model = getattr(context, "model", None)
+  layout = getattr(model, "layout", None)
+  mesh_shape = getattr(model, "mesh_shape", None)
+  if layout is None and mesh_shape is None:
+    return None
+  return MeshLayout(mesh_shape, layout)
+
+
+def _size_of(tensor, name):
+  for d in tensor.shape.dims:
+    if d.name == name:
+      return d.size
+  return None
+
+
+class Strategy(object):
+  """Base class: `core` computes O from Q, K, V; `check` validates a layout."""
+
+  name = None
+
+  def layout_rules(self):
+    """(tensor-dim name, mesh axis) pairs this strategy's layout needs."""
+    return []
+
+  def check(self, dims, mesh_shape, layout, batch, length):
+    """Raises ValueError (naming dim and mesh axis) if this cannot apply.
+
+    Args:
+      dims: attention.AttentionDims of the layer.
+      mesh_shape: e.g. "model:8" or "batch:2;model:4".
+      layout: layout rules, e.g. "heads_k:model;heads_v:model".
+      batch: the batch size.
+      length: the sequence length (n = m).
+    """
+    check_layout(dims, MeshLayout(mesh_shape, layout), batch, length)
+
+  def core(self, context, dims, q, k, v, memory_length, p_l, p_w, dynamic_l,
+           dynamic_w, bias, dropout_fn):
+    raise NotImplementedError
+
+
+def _float32(x):
+  return x if x.dtype == tf.float32 else mtf.cast(x, tf.float32)
+
+
+def project_heads(p, x, reduced, new):
+  """einsum(P[reduced, new], X[..., reduced, ...]) -> [..., new, ...], fast.
+
+  The talking-heads projections (L = J P_l, U = W P_w) have a contraction of
+  only h_k (or h) over an n x m x heads tensor, so on CPU their cost is
+  memory traffic, and any transpose of the big operand doubles it.  Here the
+  output keeps X's dim order with `reduced` replaced by `new`, P is
+  broadcast over X's leading dims (a few KB) so that they are batch dims of
+  one batched matmul, and the gradients are written P-first
+  (dX = einsum(P, dY), dP = einsum(X, dY)): mtf's default gradient puts dY
+  first, for which tf.einsum transposes dX of n x m x heads elements.
+
+  Args:
+    p: P[..., reduced, new] (P_l[h_k, h] or P_w[h, h_v], maybe with shard
+      dims that X also has).
+    x: X[lead..., reduced, rest...].
+    reduced: the dim summed over.
+    new: the dim P adds.
+  Returns:
+    [lead..., new, rest...]
+  """
+  dims = x.shape.dims
+  lead = dims[:dims.index(reduced)]
+  p = mtf.broadcast(p, lead + [d for d in p.shape.dims if d not in lead])
+  output_shape = mtf.Shape(lead + [new] + dims[len(lead) + 1:])
+
+  def fn(p, x):
+    return mtf.einsum([p, x], output_shape=output_shape)
+
+  def grad_fn(explicit_inputs, all_inputs, forward_operations, outputs,
+              output_grads):
+    del all_inputs, forward_operations, outputs
+    p, x = explicit_inputs
+    dy = output_grads[0]
+    return [mtf.einsum([x, dy], output_shape=p.shape),
+            mtf.einsum([p, dy], output_shape=x.shape)]
+
+  return mtf.custom_gradient(fn, grad_fn, [p, x])
+
+
+def ordered_core(q, k, v, memory_length, dims, p_l=None, p_w=None,
+                 dynamic_l=(), dynamic_w=(), bias=None, dropout_fn=None):
+  """attention.attention_core with its n x m x heads tensors heads-major.
+
+  The same J, L, W, U, O (section 3 of the paper, appendix A for the dynamic
+  terms), each one line, but J is built as [lead..., h_k, n..., m] (lead:
+  the batch-like dims Q and K share, n...: the query dims), so that
+  J = Q K^T, O = U V and the projections (project_heads) are batched
+  matmuls whose big operands tf.einsum never transposes, and the softmax
+  reduces the innermost dim.  The paper's layout ([batch, n, m, heads], as
+  attention.attention_core builds it) makes tf.einsum transpose J, dJ, dL,
+  dW and dU (whole n x m x heads tensors) every step; docs/sharding.md has
+  the measured step times (benchmarks/sharding.py).
+
+  Args: as attention.attention_core.
+  Returns:
+    O[lead..., h_v, n..., d_v]
+  """
+  q, k = _float32(q), _float32(k)
+  skip = (dims.heads_k, dims.d_k, memory_length)
+  lead = [d for d in q.shape.dims if d in k.shape.dims and d not in skip]
+  lead += [d for d in k.shape.dims if d not in q.shape.dims and d not in skip]
+  query = [d for d in q.shape.dims if d not in k.shape.dims and d not in skip]
+  j = mtf.einsum([q, k], output_shape=lead + [dims.heads_k] + query +
+                 [memory_length])                                    # J
+  l = j
+  if p_l is not None:
+    l = project_heads(_float32(p_l), j, dims.heads_k, dims.heads)    # L
+    for r in dynamic_l:
+      l += mtf.einsum([j, r], output_shape=l.shape)
+  if bias is not None:
+    l += _float32(bias)
+  w = attention.compute_w(l, memory_length)                          # W
+  u = w
+  if p_w is not None:
+    u = project_heads(_float32(p_w), w, dims.heads, dims.heads_v)    # U
+    for r in dynamic_w:
+      u += mtf.einsum([w, r], output_shape=u.shape)
+  if dropout_fn is not None:
+    u = dropout_fn(u)
+  return attention.compute_o(u, v, memory_length)                    # O
+
 
 @gin.configurable(module="mtf_th")
-class HeadsParallel(object):
+class HeadsParallel(Strategy):
   """The baseline: the core keeps the layer's heads dims, as laid out by the
   layout rules (e.g. heads:model).  Talking-heads projections mix heads, so a
   split heads dim makes them collectives over n x m x heads tensors.
+
+  Args:
+    ordered: True: ordered_core (heads-major n x m x heads tensors, fast on
+      CPU); False: attention.attention_core exactly as the paper's
+      pseudocode lays it out (the reference the tests compare against).
   """
+
+  name = "heads_parallel"
+
+  def __init__(self, ordered=True):
+    self.ordered = ordered
 
   def core(self, context, dims, q, k, v, memory_length, p_l, p_w, dynamic_l,
            dynamic_w, bias, dropout_fn):
     """Returns O[..., n, h_v, d_v] (see attention.attention_core)."""
-    del context
-    return attention.attention_core(q, k, v, memory_length, dims, p_l, p_w,
-                                    dynamic_l, dynamic_w, bias, dropout_fn)
+    mesh = _model_layout(context)
+    if mesh is not None and _size_of(q, LENGTH) is not None:
+      check_layout(dims, mesh, _size_of(q, BATCH) or 1, _size_of(q, LENGTH))
+    core_fn = ordered_core if self.ordered else attention.attention_core
+    with tf.variable_scope(CORE_SCOPE):
+      return core_fn(q, k, v, memory_length, dims, p_l, p_w, dynamic_l,
+                     dynamic_w, bias, dropout_fn)
+
+
+class _SplitCore(Strategy):
+  """Runs the core split over one non-heads dim S (query length or batch).
+
+  On the strategy's mesh axis (size P) the core's heads dims are renamed to
+  unsplit copies ("<name>_core") and S becomes [S_outer, core_shard,
+  S_per_shard], core_shard being mapped to the axis (S_outer, named S and
+  sized like the mesh axis S is already split on, exists only when S is split
+  on another axis, e.g. batch on "batch").  Per tensor:
+
+    * has S (Q, R_X, masks; K, V too when S is the batch): S is first cut
+      into [S_outer, core_shard_local, S_per_shard] (a local reshape, no
+      dim changes mesh axis), then core_shard_local becomes core_shard and
+      the heads dims their unsplit copies: the axis moves from a heads dim
+      to core_shard, an all-to-all (a free split if the tensor was
+      replicated).  Two steps because mtf's reshape can only move a split to
+      a boundary that already exists between tensor dims.  O goes back the
+      same way.
+    * lacks S (K, V, R_M under a query split; P_l, P_w; a mask without S):
+      must be whole on every shard.  reduce_scatter=False renames the heads
+      dims (an all-gather; the gradient is then an all-reduce inside the
+      consuming einsum).  reduce_scatter=True broadcasts it over a new
+      unsplit dim core_shard_local[P] and renames that to core_shard: an
+      all-to-all that leaves a full copy at every shard, whose gradient is an
+      all-to-all followed by a local sum over the copies: a reduce-scatter,
+      half the bytes of the all-reduce.  A tensor not split on the axis is
+      renamed for free either way.
+
+  Args:
+    mesh_axis: the mesh axis the core is split over (the one the heads are
+      split over by the layout, usually "model").
+    shard_dim: name of the dim indexing shards; the layout must map it to
+      mesh_axis (see layout_rules()).
+    reduce_scatter: write gathers so their gradients are reduce-scatters.
+  """
+
+  split_name = None  # the tensor dim split over the mesh axis
+
+  def __init__(self, mesh_axis="model", shard_dim="core_shard",
+               reduce_scatter=True):
+    self.mesh_axis = mesh_axis
+    self.shard_dim = shard_dim
+    self.reduce_scatter = reduce_scatter
+
+  def layout_rules(self):
+    return [(self.shard_dim, self.mesh_axis)]
+
+  def _core_names(self, dims):
+    """{layer heads name: core heads name} and the helper dim names."""
+    rename = {d.name: d.name + "_core" for d in
+              (dims.heads_k, dims.heads, dims.heads_v)}
+    helpers = [self.shard_dim + "_local", self.split_name + "_per_shard"]
+    return rename, helpers
+
+  def check(self, dims, mesh_shape, layout, batch, length):
+    """See Strategy.check; also needs the shard rule and S % P == 0."""
+    mesh = MeshLayout(mesh_shape, layout)
+    self._check(dims, mesh, batch, length)
+
+  def _check(self, dims, mesh, batch, length):
+    cls = type(self).__name__
+    axis = self.mesh_axis
+    if not mesh.has_axis(axis):
+      raise ValueError(
+          "%s splits the core over mesh axis %r, which mesh_shape %r lacks; "
+          "set %s(mesh_axis=...) to one of its axes"
+          % (cls, axis, mesh.mesh_shape_string, cls))
+    check_layout(dims, mesh, batch, length)
+    if mesh.axis_of(self.shard_dim) != axis:
+      raise ValueError(
+          "%s needs dim %r on mesh axis %r: add '%s:%s' to the layout"
+          % (cls, self.shard_dim, axis, self.shard_dim, axis))
+    rename, helpers = self._core_names(dims)
+    for name in list(rename.values()) + helpers:
+      if mesh.axis_of(name) is not None:
+        raise ValueError(
+            "%s uses dim %r unsplit, but the layout maps it to mesh axis %r; "
+            "drop that rule" % (cls, name, mesh.axis_of(name)))
+    for name in (self.split_name, MEMORY_LENGTH, dims.d_k.name,
+                 dims.d_v.name):
+      if mesh.axis_of(name) == axis:
+        raise ValueError(
+            "%s splits the core over mesh axis %r, which the layout also "
+            "gives to dim %r; drop %s:%s" % (cls, axis, name, name, axis))
+    for d in (dims.heads_k, dims.heads, dims.heads_v):
+      other = mesh.axis_of(d.name)
+      if other not in (None, axis):
+        raise ValueError(
+            "%s gathers the heads over mesh axis %r only, but dim %r is on "
+            "mesh axis %r; map it to %r or leave it unsplit"
+            % (cls, axis, d.name, other, axis))
+    size = {BATCH: batch, LENGTH: length}[self.split_name]
+    outer_axis = mesh.axis_of(self.split_name)
+    parts = mesh.axis_size(axis) * (
+        mesh.axis_size(outer_axis) if outer_axis else 1)
+    if size % parts:
+      raise ValueError(
+          "%s splits dim %r (size %d) over mesh axis %r (size %d)%s: %d is "
+          "not a multiple of %d" % (
+              cls, self.split_name, size, axis, mesh.axis_size(axis),
+              (" within its split on mesh axis %r (size %d)"
+               % (outer_axis, mesh.axis_size(outer_axis))) if outer_axis
+              else "", size, parts))
+
+  # ------------------------------------------------------------- renames
+  def core(self, context, dims, q, k, v, memory_length, p_l, p_w, dynamic_l,
+           dynamic_w, bias, dropout_fn):
+    """Returns O[..., n, h_v, d_v], laid out as the layer's heads dims say."""
+    split = None
+    for d in q.shape.dims:
+      if d.name == self.split_name:
+        split = d
+    if split is None:  # incremental decoding: q has no length dim
+      return HeadsParallel().core(context, dims, q, k, v, memory_length, p_l,
+                                  p_w, dynamic_l, dynamic_w, bias, dropout_fn)
+    mesh = _model_layout(context)
+    if mesh is None:
+      raise ValueError(
+          "%s reads the layout from the model: build the Unitransformer / "
+          "Bitransformer with layout= and mesh_shape= (t5's "
+          "utils.build_model does)" % type(self).__name__)
+    self._check(dims, mesh, _size_of(q, BATCH) or 1,
+                _size_of(q, LENGTH) or _size_of(k, MEMORY_LENGTH))
+    with tf.variable_scope(CORE_SCOPE):
+      plan = _Plan(self, dims, split, mesh)
+      o = ordered_core(
+          plan.to_core(q), plan.to_core(k), plan.to_core(v), memory_length,
+          plan.dims, plan.to_core(p_l), plan.to_core(p_w),
+          [plan.to_core(r) for r in dynamic_l],
+          [plan.to_core(r) for r in dynamic_w], plan.to_core(bias),
+          plan.dropout(dropout_fn, context))
+      return plan.from_core(o)
+
+
+class _Plan(object):
+  """The renames of one _SplitCore.core call (see _SplitCore)."""
+
+  def __init__(self, strategy, dims, split, mesh):
+    self.strategy = strategy
+    self.split = split
+    self.mesh = mesh
+    axis = strategy.mesh_axis
+    p = mesh.axis_size(axis)
+    outer_axis = mesh.axis_of(split.name)
+    outer_size = mesh.axis_size(outer_axis) if outer_axis else 1
+    rename, (local_name, inner_name) = strategy._core_names(dims)  # pylint: disable=protected-access
+    self.rename = {d.name: mtf.Dimension(rename[d.name], d.size)
+                   for d in (dims.heads_k, dims.heads, dims.heads_v)}
+    self.restore = {c.name: mtf.Dimension(n, c.size)
+                    for n, c in self.rename.items()}
+    self.dims = dims.renamed(rename)
+    self.group = mtf.Dimension(strategy.shard_dim, p)
+    self.local = mtf.Dimension(local_name, p)
+    outer = ([mtf.Dimension(split.name, outer_size)] if outer_size > 1
+             else [])
+    inner = [mtf.Dimension(inner_name, split.size // (p * outer_size))]
+    self.pieces = outer + [self.group] + inner
+    self.local_pieces = outer + [self.local] + inner
+    self.split_on_axis = set(mesh.names_on(axis))
+
+  def _renamed(self, d):
+    return self.rename.get(d.name, d)
+
+  def to_core(self, t):
+    """t (layer names) -> the core's layout: S split, heads whole."""
+    if t is None:
+      return None
+    if self.split in t.shape.dims:
+      local, new = [], []
+      for d in t.shape.dims:
+        local.extend(self.local_pieces if d == self.split else [d])
+        new.extend(self.pieces if d == self.split else [self._renamed(d)])
+      return mtf.reshape(mtf.reshape(t, local), new)
+    renamed = [self._renamed(d) for d in t.shape.dims]
+    split_here = any(d.name in self.split_on_axis for d in t.shape.dims)
+    if not (self.strategy.reduce_scatter and split_here):
+      return mtf.reshape(t, renamed)
+    copies = mtf.broadcast(t, [self.local] + t.shape.dims)
+    return mtf.reshape(copies, [self.group] + renamed)
+
+  def from_core(self, o):
+    """O in the core's layout -> the layer's names (heads split again)."""
+    dims = o.shape.dims
+    ordered = []
+    for d in dims:
+      if d in self.pieces:
+        if d == self.pieces[0]:
+          ordered.extend(self.pieces)
+      else:
+        ordered.append(d)
+    if ordered != dims:
+      o = mtf.transpose(o, ordered)
+    local = [self.local if d == self.group else self.restore.get(d.name, d)
+             for d in ordered]
+    new = []
+    for d in ordered:
+      if d in self.pieces:
+        if d == self.pieces[0]:
+          new.append(self.split)
+      else:
+        new.append(self.restore.get(d.name, d))
+    return mtf.reshape(mtf.reshape(o, local), new)
+
+  def dropout(self, dropout_fn, context):
+    """dropout_fn for U in the core layout, same noise broadcast as unsplit.
+
+    The layer's dropout broadcasts its noise over the query length; when
+    that dim is split, the noise is drawn for U without it and multiplied in.
+    """
+    if dropout_fn is None or self.split != context.length_dim:
+      return dropout_fn
+    def fn(u):
+      noise_shape = [d for d in u.shape.dims if d not in self.pieces]
+      return u * dropout_fn(mtf.ones(u.mesh, noise_shape, u.dtype))
+    return fn
+
+
+@gin.configurable(module="mtf_th")
+class QuerySplit(_SplitCore):
+  """The core split over query positions; projections stay heads-parallel.
+
+  Q: heads-split -> query-split (all-to-all), K and V gathered (see
+  _SplitCore for reduce_scatter), O back to heads-split (all-to-all).  Every
+  n x m x heads tensor is split P ways whatever the batch, so this is the
+  strategy for long sequences and small batches (e.g. 768 heads, batch 1).
+  """
+
+  split_name = LENGTH
+
+  @property
+  def name(self):
+    return "query_split" if self.reduce_scatter else "query_split_allgather"
+
+
+@gin.configurable(module="mtf_th")
+class BatchSplit(_SplitCore):
+  """The core split over the batch; projections stay heads-parallel.
+
+  Q, K, V: heads-split -> batch-split (all-to-all); O back (all-to-all); only
+  P_l, P_w (and a mask without batch) are gathered.  Needs batch divisible by
+  the mesh axis (within each group of other axes the batch is split on).
+  """
+
+  split_name = BATCH
+
+  @property
+  def name(self):
+    return "batch_split" if self.reduce_scatter else "batch_split_allgather"
+
+
+# Every named strategy (what `mtf_th comm --strategy all` measures).
+STRATEGIES = {
+    "heads_parallel": HeadsParallel,
+    "query_split_allgather": functools.partial(QuerySplit,
+                                               reduce_scatter=False),
+    "query_split": QuerySplit,
+    "batch_split": BatchSplit,
+}
+
+
+def make_strategy(name):
+  """The strategy registered as `name` (a key of STRATEGIES)."""
+  if name not in STRATEGIES:
+    raise ValueError("strategy: unknown %r; choose from %s"
+                     % (name, ", ".join(STRATEGIES)))
+  return STRATEGIES[name]()

@@ -1,0 +1,133 @@
+"""Exact communication of an attention layer under each sharding strategy.
+
+  mtf_th comm --variant talking_heads --heads_k 24 --heads 24 --heads_v 24 \\
+      --d_k 32 --d_v 32 --d_model 768 --length 512 --batch 8 \\
+      --mesh_shape model:8 [--strategy NAME|all] [--layout RULES] [--format md]
+
+One header line and one row per strategy (--strategy all, the default: every
+strategy in sharding.STRATEGIES that can apply; one that cannot is reported
+on stderr) with the columns variant,strategy,mesh_shape,layout,allreduce,
+alltoall,allconcat,einsum_replication,max_slice_elements,
+ring_bytes_per_device.  allreduce/alltoall/allconcat are mtf's Lowering
+counters (elements, summed over devices); ring_bytes_per_device prices them
+under ring costs in float32 bytes (comm.py and docs/sharding.md derive it).
+The benchmark unit is one layer of a Unitransformer (RMS norm, attention,
+residual; vocab 128), forward + backward + one SGD step, lowered and never
+run.  --layout gives the rules for the layer's dims (default: heads-parallel,
+see comm.default_layout); each strategy's own rules are appended.  Bad
+arguments, or a named strategy that cannot apply to the layout, exit with
+status 2 and one message on stderr.
+"""
+import argparse
+import csv
+import io
+import sys
+
+PROG = "mtf_th comm"
+
+
+class _UsageError(Exception):
+  pass
+
+
+class _Parser(argparse.ArgumentParser):
+
+  def error(self, message):
+    raise _UsageError(message)
+
+
+def _build_parser(strategies, variants):
+  parser = _Parser(
+      prog=PROG,
+      description="mtf Lowering counters (all-reduce, all-to-all, "
+      "all-gather elements), einsum replication, largest per-device "
+      "n x m x heads slice and ring bytes per device of one attention layer "
+      "(forward + backward + SGD step) per sharding strategy.  See "
+      "docs/sharding.md.")
+  parser.add_argument("--variant", choices=variants, required=True)
+  parser.add_argument("--dynamic", metavar="TERMS",
+                      help="comma-separated dynamic projections "
+                      "(x2l,m2l,x2w,m2w) for talking_heads")
+  parser.add_argument("--heads_k", type=int, metavar="N",
+                      help="h_k (default: --heads)")
+  parser.add_argument("--heads", type=int, metavar="N", required=True)
+  parser.add_argument("--heads_v", type=int, metavar="N",
+                      help="h_v (default: --heads)")
+  parser.add_argument("--d_k", type=int, metavar="N", required=True)
+  parser.add_argument("--d_v", type=int, metavar="N", required=True)
+  parser.add_argument("--d_model", type=int, metavar="N", required=True)
+  parser.add_argument("--length", type=int, metavar="N", required=True)
+  parser.add_argument("--batch", type=int, metavar="N", required=True)
+  parser.add_argument("--vocab", type=int, metavar="N", default=128)
+  parser.add_argument("--mesh_shape", required=True,
+                      help="e.g. model:8 or batch:2,model:4")
+  parser.add_argument("--strategy", default="all",
+                      choices=("all",) + tuple(strategies))
+  parser.add_argument("--layout", metavar="RULES",
+                      help="layout rules for the layer's dims, e.g. "
+                      "heads_k:model;heads_v:model (default: heads-parallel)")
+  parser.add_argument("--format", choices=("csv", "md"), default="csv")
+  return parser
+
+
+def _format(columns, rows, fmt):
+  if fmt == "md":
+    lines = ["| " + " | ".join(columns) + " |",
+             "|" + "|".join("---" if c in ("variant", "strategy", "mesh_shape",
+                                           "layout") else "---:"
+                            for c in columns) + "|"]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+  out = io.StringIO()
+  writer = csv.writer(out, lineterminator="\n")
+  writer.writerow(columns)
+  writer.writerows(rows)
+  return out.getvalue()
+
+
+def main(argv=None):
+  argv = list(sys.argv[1:] if argv is None else argv)
+  # TensorFlow is imported only now (`mtf_th --help` stays fast); the CPU is
+  # split into logical devices before any graph is built.
+  from mtf_talking_heads import comm  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import compat  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import sharding  # pylint: disable=g-import-not-at-top
+  try:
+    args = _build_parser(sharding.STRATEGIES, comm.VARIANTS).parse_args(argv)
+  except SystemExit as e:  # --help
+    return e.code or 0
+  except _UsageError as e:
+    print("%s: error: %s" % (PROG, e), file=sys.stderr)
+    return 2
+  try:
+    config = comm.make_config(
+        args.variant, args.heads, args.d_k, args.d_v, args.d_model,
+        args.length, args.batch, heads_k=args.heads_k, heads_v=args.heads_v,
+        dynamic=args.dynamic or ())
+    if args.vocab <= 0:
+      raise ValueError("--vocab must be positive, got %d" % args.vocab)
+    names = (list(sharding.STRATEGIES) if args.strategy == "all"
+             else [args.strategy])
+    compat.split_cpu(comm.num_devices([args.mesh_shape]))
+    rows = []
+    for name in names:
+      try:
+        result = comm.measure(config, name, args.mesh_shape, args.layout,
+                              vocab=args.vocab)
+      except ValueError as e:
+        if args.strategy != "all":
+          raise
+        print("%s: %s does not apply: %s" % (PROG, name, e), file=sys.stderr)
+        continue
+      rows.append(comm.row_cells(result))
+    if not rows:
+      raise ValueError("no strategy applies to this configuration")
+  except (_UsageError, ValueError) as e:
+    print("%s: error: %s" % (PROG, str(e).splitlines()[0]), file=sys.stderr)
+    return 2
+  sys.stdout.write(_format(comm.COLUMNS, rows, args.format))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
