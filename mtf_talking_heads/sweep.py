@@ -778,10 +778,11 @@ class Sweep(object):
     return train_steps, tuple(eval_steps)
 
   def runs(self):
-    """Every Run, row-major (all seeds of row 1 first)."""
+    """Every Run, seed-major: every row with seed 1 first, so that a sweep
+    stopped early still has a whole table."""
     return [Run(row, seed, self.model_dir(row, seed),
                 self.commands(row, seed))
-            for row in self.rows for seed in range(1, self.seeds + 1)]
+            for seed in range(1, self.seeds + 1) for row in self.rows]
 
   def model_dir(self, row, seed):
     return os.path.join(self.output_dir, "runs", row.name, "seed_%d" % seed)

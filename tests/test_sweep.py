@@ -358,7 +358,7 @@ def test_sweep_end_to_end_with_stand_in_trainer(tmp_path, fake_mtf_th):
   summary = job.run()
   records = _read_csv(out / "results.csv")
   assert [(r["row"], r["seed"]) for r in records] == [
-      (row.name, str(s)) for row in job.rows for s in (1, 2)]
+      (row.name, str(s)) for s in (1, 2) for row in job.rows]
   for r in records:
     heads, seed = int(r["heads"]), int(r["seed"])
     assert float(r["early_ln_ppl"]) == pytest.approx(
