@@ -40,10 +40,6 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 # ------------------------------------------------------------------ parsing
-def _describe(value):
-  return repr(value) if isinstance(value, str) else "%r" % (value,)
-
-
 def parse_mesh_shape(mesh_shape):
   """Parses a mesh shape into a list of (name, size) pairs.
 
@@ -89,14 +85,14 @@ def parse_mesh_shape(mesh_shape):
   for name, size in pairs:
     if not isinstance(name, str) or not _NAME.match(name):
       raise ValueError("mesh_shape: mesh dim name %r in %s is not an "
-                       "identifier" % (name, _describe(mesh_shape)))
+                       "identifier" % (name, repr(mesh_shape)))
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
       raise ValueError(
           "mesh_shape: mesh dim %r has size %r in %s; sizes must be positive "
-          "integers" % (name, size, _describe(mesh_shape)))
+          "integers" % (name, size, repr(mesh_shape)))
     if name in seen:
       raise ValueError("mesh_shape: mesh dim %r appears twice in %s; give "
-                       "each mesh dim once" % (name, _describe(mesh_shape)))
+                       "each mesh dim once" % (name, repr(mesh_shape)))
     seen.add(name)
   return pairs
 
@@ -239,7 +235,7 @@ def check_mesh_and_layout(mesh_shape, layout, tensor_shapes, num_devices=None,
   rules = parse_layout(layout)
   shapes = _normalize_shapes(tensor_shapes)
   mesh_sizes = dict(mesh)
-  mesh_text = _describe(mesh_shape)
+  mesh_text = repr(mesh_shape)
   known = sorted({d.name for dims in shapes.values() for d in dims})
   if not strict:
     rules = [(t, m) for t, m in rules if m in mesh_sizes and t in known]
@@ -262,9 +258,11 @@ def check_mesh_and_layout(mesh_shape, layout, tensor_shapes, num_devices=None,
     if mesh_dim not in mesh_sizes:
       raise ValueError(
           "layout: rule %s:%s names mesh dim %r, which mesh_shape %s does not "
-          "have (mesh dims: %s); fix the spelling, add %r to mesh_shape or "
-          "drop the rule" % (tensor_dim, mesh_dim, mesh_dim, mesh_text,
-                             ", ".join(mesh_sizes) or "none", mesh_dim))
+          "have (mesh dims: %s); fix the spelling, add %r to mesh_shape, "
+          "drop the rule, or pass strict=False to ignore rules for absent "
+          "mesh dims as mtf does" % (tensor_dim, mesh_dim, mesh_dim, mesh_text,
+                                     ", ".join(mesh_sizes) or "none",
+                                     mesh_dim))
 
   for tensor_dim, mesh_dim in rules:
     if tensor_dim not in known:
