@@ -526,6 +526,10 @@ def grid_rows(grid, ties=None, variant=None, dynamic=(), placement="all",
                           "heads=..."))
   order = _tie_order(ties, grid)
   dynamic = tuple(dynamic)
+  if dynamic and "dynamic_projections" not in grid["variant"]:
+    raise ValueError("dynamic=%s is only used by variant "
+                     "'dynamic_projections', which the grid does not have"
+                     % ",".join(dynamic))
   rows = []
   keys = list(grid)
   for combo in itertools.product(*(grid[k] for k in keys)):
@@ -849,6 +853,8 @@ class Sweep(object):
                   final_step=self.eval_steps[1],
                   model_dir=self.model_dir(row, seed))
     record.update({d: getattr(row, d) for d in DIMS})
+    if row.variant == "general_bilinear":  # no d_k, d_v of its own
+      record["d_k"] = record["d_v"] = self.d_model[row.name]
     record.update(self.cost_record(row))
     return record
 

@@ -258,6 +258,18 @@ def test_bad_grid_specs_are_clear_value_errors(grid, ties, variant, pattern):
                     variant=variant)
 
 
+@pytest.mark.parametrize("variant,dynamic,pattern", [
+    ("talking_heads", ["x2l"], r"^dynamic=x2l is only used by variant "
+     r"'dynamic_projections'"),
+    ("dynamic_projections", ["x2q"], r"^grid row .*: dynamic term 'x2q' is "
+     r"unknown"),
+])
+def test_bad_dynamic_terms_are_clear_value_errors(variant, dynamic, pattern):
+  with pytest.raises(ValueError, match=pattern):
+    sweep.grid_rows({"heads": [4]}, {"d_k": ("const", 8, None)},
+                    variant=variant, dynamic=dynamic)
+
+
 @pytest.mark.parametrize("args,pattern", [
     (["--grid", "heads=6,7", "--tie", "d_k=768/heads"],
      r"inconsistent with heads=7"),
