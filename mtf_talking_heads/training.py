@@ -381,7 +381,13 @@ def preflight(tpu=None):
   settings = Settings(tpu=tpu)
   _check_corpus()
   _check_task(settings.mixture)
-  description = models.describe(settings.model_type, _vocab_size())
+  try:
+    description = models.describe(settings.model_type, _vocab_size())
+  except ConfigError:
+    raise
+  except (ValueError, TypeError) as e:
+    raise ConfigError("the model's layers reject their gin arguments: %s"
+                      % e)
   num_devices = None if tpu else available_cpu_devices()
   check_settings(settings, description, num_devices)
   return settings, description
@@ -452,7 +458,16 @@ def mesh_devices(mesh_shape=None, max_cpu_devices=DEFAULT_MAX_CPU_DEVICES):
 
 
 def _configure_estimator(estimator, seed):
-  """Seeds the graph and shows every logical CPU device to the session."""
+  """Seeds the graph, shows every logical CPU device to the session and
+  makes new variables resource variables.
+
+  Resource variables matter for reproducibility: with TF1 ref variables (what
+  tf.disable_v2_behavior() selects) a read aliases the variable's buffer, so
+  a gradient op that runs after the optimizer's assign to the same weight
+  (nothing orders them) sees the updated value: two runs with the same seed
+  and data then differ from the second step on.  A resource read is a copy.
+  """
+  tf.enable_resource_variables()
   config = estimator._config  # pylint: disable=protected-access
   changes = {"tf_random_seed": seed}
   if not config.master and compat._LOGICAL_CPUS:  # pylint: disable=protected-access
@@ -482,16 +497,37 @@ class OrderGlobalStepHook(tf.train.SessionRunHook):
     step = tf.train.get_global_step()
     if step is None:
       return
+    # the variable, and Identity "reads" of a ref variable, which alias its
+    # buffer: their consumers are the real reads.
     step_tensors = set([step.op.outputs[0]])
+    frontier = [step.op.outputs[0]]
+    while frontier:
+      tensor = frontier.pop()
+      for op in tensor.consumers():
+        if op.type in ("Identity", "ReadVariableOp") and \
+            op.outputs[0] not in step_tensors:
+          step_tensors.add(op.outputs[0])
+          frontier.append(op.outputs[0])
     increments = [op for op in step.op.outputs[0].consumers()
                   if op.type in ("AssignAdd", "AssignAddVariableOp")]
+    if not increments:
+      return
+    parents = {}
+    for op in step.graph.get_operations():
+      for control in op.control_inputs:
+        parents.setdefault(control, []).append(op)
     for increment in increments:
-      siblings = []
-      for group in increment._control_outputs:  # pylint: disable=protected-access
-        siblings.extend(op for op in group.control_inputs
-                        if op is not increment)
-      fanin = _transitive_fanin(siblings, stop=increment)
+      # the train op: the tf.group NoOps above the increment (tf.group
+      # makes one NoOp per device under a final one)
+      roots, stack = set(), [increment]
+      while stack:
+        for parent in parents.get(stack.pop(), []):
+          if parent.type == "NoOp" and parent not in roots:
+            roots.add(parent)
+            stack.append(parent)
+      fanin = _transitive_fanin(roots, stop=increment)
       reads = [op for op in fanin if op is not increment and
+               op not in roots and
                any(t in step_tensors for t in op.inputs)]
       if reads:
         increment._add_control_inputs(reads)  # pylint: disable=protected-access

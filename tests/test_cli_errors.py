@@ -1,0 +1,133 @@
+"""Bad configurations fail fast with a message that names the fix.
+
+Every case runs training.train() in one subprocess (8 logical CPU devices,
+like the test session) and must raise ConfigError before any graph exists:
+the model directory is never created.  Two cases go through the real
+`mtf_th` command line (exit status 2, one message on stderr).
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MTF_TH = os.path.join(os.path.dirname(sys.executable), "mtf_th")
+T5 = ["experiments/t5_heads/07_talking_heads_24_32.gin", "models/t5_tiny.gin"]
+BERT = ["experiments/bert_heads/01_multi_head_12_64.gin", "models/bert_tiny.gin"]
+ALBERT = ["experiments/albert_heads/01_multi_head_6_128.gin",
+          "models/albert_tiny.gin"]
+
+# name -> (gin files, gin params, words the message must contain)
+CASES = {
+    "corpus_missing": (T5, ["th_data.corpus_paths.train = '/no/such/dir/*.txt'",
+                            "th_data.corpus_paths.validation = '/no/such/v.txt'"],
+                       ["th_data.corpus_paths.train", "no file matches"]),
+    "corpus_empty": (T5, ["th_data.corpus_paths.train = '{empty}'",
+                          "th_data.corpus_paths.validation = '{empty}'"],
+                     ["th_data.corpus_paths.train", "empty"]),
+    "gin_file_missing": (["experiments/t5_heads/07_talking_heads_24_23.gin"],
+                         [], ["no such file", "07_talking_heads_24_32.gin"]),
+    "gin_binding_unknown_param": (T5, ["mtf_th.TalkingHeadsAttention.num_heads = 4"],
+                                  ["num_heads", "TalkingHeadsAttention"]),
+    "gin_binding_unknown_configurable": (T5, ["mtf_th.TalkingHeadAttention.heads = 4"],
+                                         ["TalkingHeadAttention", "spelling"]),
+    "gin_param_not_a_binding": (T5, ["heads"], ["not a binding", "name = value"]),
+    "layout_unknown_dim": (T5, ["mesh_shape = 'model:2'", "layout = 'head:model'"],
+                           ["'head'", "does not have", "heads"]),
+    "mesh_too_big": (T5, ["mesh_shape = 'model:4,batch:4'"],
+                     ["needs 16 devices", "8"]),
+    "batch_not_divisible": (T5, ["mesh_shape = 'batch:3'", "layout = 'batch:batch'"],
+                            ["batch_size 8", "batch:3", "multiple of 3"]),
+    "heads_not_divisible": (T5, ["mesh_shape = 'model:8'", "heads = 12",
+                                 "layout = 'heads:model'"],
+                            ["'heads' (size 12)", "model:8"]),
+    "two_heads_dims_one_axis": (T5, ["mesh_shape = 'model:2'",
+                                     "layout = 'heads_k:model,heads:model'"],
+                                ["same mesh dimension", "heads_k"]),
+    "targets_too_short": (T5, ["targets_length = 8"],
+                          ["targets_length 8", "span corruption", "14"]),
+    "aligned_lengths_differ": (BERT, ["targets_length = 32"],
+                               ["aligned", "targets_length"]),
+    "longer_than_position_table": (ALBERT, ["transformer.Unitransformer.max_length = 32"],
+                                   ["position embedding", "max_length = 32"]),
+    "bad_attention_arg": (T5 + ["attention/dynamic_projections.gin"],
+                          ["dynamic = ['x2q']"], ["dynamic", "x2q"]),
+    "bad_mesh_string": (T5, ["mesh_shape = 'model=4'"], ["mesh_shape", "model:8"]),
+    "train_steps_zero": (T5, [], ["--train_steps", "positive"]),
+}
+
+_SCRIPT = r"""
+import json, os, sys
+from mtf_talking_heads import compat
+compat.split_cpu(8)
+from mtf_talking_heads import training
+cases = json.loads(sys.argv[1])
+out = {}
+for name, (files, params) in cases.items():
+  model_dir = os.path.join(sys.argv[2], name)
+  steps = 0 if name == "train_steps_zero" else 3
+  try:
+    training.train(model_dir, files, params, train_steps=steps)
+    out[name] = {"error": None}
+  except training.ConfigError as e:
+    out[name] = {"error": str(e), "model_dir_exists": os.path.exists(model_dir)}
+  except Exception as e:
+    out[name] = {"error": "UNEXPECTED %s: %s" % (type(e).__name__, e)}
+print("JSON" + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp("errors")
+  empty = tmp / "empty.txt"
+  empty.write_text("")
+  cases = {name: (files, [p.replace("{empty}", str(empty)) for p in params])
+           for name, (files, params, _) in CASES.items()}
+  proc = subprocess.run(
+      [sys.executable, "-c", _SCRIPT, json.dumps(cases), str(tmp / "runs")],
+      cwd=REPO, capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  line = [l for l in proc.stdout.splitlines() if l.startswith("JSON")][-1]
+  return json.loads(line[4:])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_config_error_names_the_fix(outcomes, name):
+  result = outcomes[name]
+  assert result["error"] and not result["error"].startswith("UNEXPECTED"), \
+      result
+  for word in CASES[name][2]:
+    assert word in result["error"], (word, result["error"])
+  assert result["model_dir_exists"] is False  # nothing built or written
+
+
+def _cli(args, tmp_path):
+  return subprocess.run([MTF_TH] + args, cwd=str(tmp_path),
+                        capture_output=True, text=True, timeout=600)
+
+
+def test_cli_missing_gin_file_exits_2(tmp_path):
+  proc = _cli(["train", "--model_dir", str(tmp_path / "m"),
+               "--gin_file", "models/no_such_model.gin"], tmp_path)
+  assert proc.returncode == 2
+  assert "no such file" in proc.stderr and "models/no_such_model.gin" in \
+      proc.stderr
+  assert "Traceback" not in proc.stderr
+  assert not (tmp_path / "m").exists()
+
+
+def test_cli_eval_without_checkpoint_exits_2(tmp_path):
+  proc = _cli(["eval", "--model_dir", str(tmp_path), "--gin_file", T5[0],
+               "--checkpoint_steps", "100,200"], tmp_path)
+  assert proc.returncode == 2
+  assert "no checkpoint" in proc.stderr and "train first" in proc.stderr
+
+
+def test_cli_usage_error_exits_2(tmp_path):
+  proc = _cli(["train", "--model_dir", str(tmp_path / "m"),
+               "--train_steps", "zero"], tmp_path)
+  assert proc.returncode == 2
+  assert "--train_steps" in proc.stderr and "positive integer" in proc.stderr
