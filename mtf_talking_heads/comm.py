@@ -33,9 +33,9 @@ graph (multiplies done on all devices / multiplies of the unsharded graph).
 
 max_slice_elements = the largest per-device slice of an attention activation:
 an output of an op built inside a strategy's core (variable scope
-sharding.CORE_SCOPE, which the gradient ops inherit) that has the
-memory_length dim and no d_k / d_v dim, i.e. J, L, W, U, the softmax
-intermediates and their gradients (the n x m x heads tensors).
+sharding.CORE_SCOPE, which the gradient ops inherit) that
+sharding.is_core_activation accepts: J, L, W, U, the softmax intermediates
+and their gradients (the n x m x heads tensors).
 """
 import collections
 import functools
@@ -192,18 +192,16 @@ def core_activation_slices(lowering, dims):
 
   Args:
     lowering: an mtf.Lowering.
-    dims: the layer's AttentionDims (d_k, d_v mark Q, K, V, O).
+    dims: the layer's AttentionDims.
   Returns:
     (max_slice_elements, max_elements); (0, 0) if no core was found.
   """
-  excluded = {dims.d_k.name, dims.d_v.name}
   best_slice = best_size = 0
   for op in lowering.graph.operations:
     if "/%s/" % sharding.CORE_SCOPE not in "/" + op.name + "/":
       continue
     for t in op.outputs:
-      names = {d.name for d in t.shape.dims}
-      if sharding.MEMORY_LENGTH not in names or names & excluded:
+      if not sharding.is_core_activation(t.shape, dims):
         continue
       impl = lowering.mesh_impl(t)
       best_slice = max(best_slice, impl.slice_size(t.shape))

@@ -43,6 +43,7 @@ import mesh_tensorflow as mtf
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import attention
+from mtf_talking_heads import validation
 
 # Every op a strategy builds for the core (and, by mtf's naming, every
 # gradient op of those) lives under this variable scope; comm.py finds the
@@ -51,6 +52,7 @@ CORE_SCOPE = "attention_core"
 BATCH = "batch"
 LENGTH = "length"
 MEMORY_LENGTH = "memory_length"
+_CORE_SUFFIX = "_core"  # heads dims inside a split core: whole, on no axis
 
 
 class MeshLayout(object):
@@ -62,15 +64,9 @@ class MeshLayout(object):
   """
 
   def __init__(self, mesh_shape, layout):
-    try:
-      self.mesh_shape = mtf.convert_to_shape(mesh_shape or "") or mtf.Shape([])
-    except (ValueError, TypeError) as e:
-      raise ValueError("mesh_shape %r is not 'axis:size;...' (%s)"
-                       % (mesh_shape, e))
-    try:
-      self.rules = mtf.convert_to_layout_rules(layout or "")
-    except (ValueError, TypeError) as e:
-      raise ValueError("layout %r is not 'dim:axis;...' (%s)" % (layout, e))
+    self.mesh_shape = mtf.Shape([mtf.Dimension(n, k) for n, k in
+                                 validation.parse_mesh_shape(mesh_shape)])
+    self.rules = mtf.LayoutRules(validation.parse_layout(layout))
     self.mesh_shape_string = ";".join(
         "%s:%d" % (d.name, d.size) for d in self.mesh_shape.dims)
 
@@ -98,60 +94,49 @@ class MeshLayout(object):
     return self.rules.mesh_dimension_name_to_tensor_dimension_names(axis)
 
 
-def _attention_tensors(dims):
-  """{tensor: [dim names]} of every tensor the attention core touches."""
-  hk, h, hv = dims.heads_k.name, dims.heads.name, dims.heads_v.name
-  tensors = {
-      "Q": [BATCH, LENGTH, hk, dims.d_k.name],
-      "K": [BATCH, MEMORY_LENGTH, hk, dims.d_k.name],
-      "V": [BATCH, MEMORY_LENGTH, hv, dims.d_v.name],
-      "J": [BATCH, LENGTH, MEMORY_LENGTH, hk],
-      "L": [BATCH, LENGTH, MEMORY_LENGTH, h],
-      "U": [BATCH, LENGTH, MEMORY_LENGTH, hv],
-      "O": [BATCH, LENGTH, hv, dims.d_v.name],
+def attention_tensor_shapes(dims, batch, length):
+  """{tensor: [Dimension]} of every tensor the attention core touches.
+
+  The layer's view (its heads dims), as the layout rules see it:
+  Q, K, V, J, L, U, O and P_l / P_w where the variant has them.
+  """
+  b = mtf.Dimension(BATCH, batch)
+  n = mtf.Dimension(LENGTH, length)
+  m = mtf.Dimension(MEMORY_LENGTH, length)
+  shapes = {
+      "Q": [b, n, dims.heads_k, dims.d_k],
+      "K": [b, m, dims.heads_k, dims.d_k],
+      "V": [b, m, dims.heads_v, dims.d_v],
+      "J": [b, n, m, dims.heads_k],
+      "L": [b, n, m, dims.heads],
+      "U": [b, n, m, dims.heads_v],
+      "O": [b, n, dims.heads_v, dims.d_v],
   }
   if dims.project_logits:
-    tensors["P_l"] = [hk, h]
+    shapes["P_l"] = [dims.heads_k, dims.heads]
   if dims.project_weights:
-    tensors["P_w"] = [h, hv]
-  return tensors
+    shapes["P_w"] = [dims.heads, dims.heads_v]
+  return shapes
 
 
 def check_layout(dims, mesh, batch, length):
-  """Checks divisibility and obstacle 1 for the attention tensors.
+  """Divisibility and obstacle 1 for the attention tensors, before any graph.
+
+  Runs validation.check_mesh_and_layout (non-strict: rules for other dims of
+  the model are fine) on attention_tensor_shapes.
 
   Args:
     dims: attention.AttentionDims.
     mesh: a MeshLayout.
-    batch: the batch size (per model replica, i.e. the "batch" dim).
+    batch: the batch size.
     length: the sequence length (n = m for self-attention).
   Raises:
     ValueError: naming the dim and mesh axis, if a dim mapped to an axis is
       not divisible by its size, or two dims of one tensor map to one axis.
   """
-  sizes = {BATCH: batch, LENGTH: length, MEMORY_LENGTH: length}
-  for d in dims:
-    sizes[d.name] = d.size
-  for name, size in sorted(sizes.items()):
-    axis = mesh.axis_of(name)
-    if axis is not None and size % mesh.axis_size(axis):
-      raise ValueError(
-          "dim %r (size %d) is not divisible by mesh axis %r (size %d); "
-          "change the size or drop %s:%s from the layout"
-          % (name, size, axis, mesh.axis_size(axis), name, axis))
-  for tensor, names in sorted(_attention_tensors(dims).items()):
-    seen = {}
-    for name in names:
-      axis = mesh.axis_of(name)
-      if axis is None:
-        continue
-      if axis in seen and seen[axis] != name:
-        raise ValueError(
-            "dims %r and %r both map to mesh axis %r, but %s[%s] has both "
-            "(mtf: two dims of one tensor may not map to one mesh axis); "
-            "split only one of them on %r"
-            % (seen[axis], name, axis, tensor, ", ".join(names), axis))
-      seen[axis] = name
+  validation.check_mesh_and_layout(
+      mesh.mesh_shape, mesh.rules, attention_tensor_shapes(dims, batch, length),
+      strict=False)
 
 
 def _model_layout(context):
@@ -169,6 +154,23 @@ def _size_of(tensor, name):
     if d.name == name:
       return d.size
   return None
+
+
+def is_core_activation(shape, dims):
+  """Whether a tensor built in a strategy's core is an n x m x heads one.
+
+  True for J, L, W, U, the softmax intermediates and their gradients (in
+  any layout: heads dims under their own or their "_core" names, the query
+  length whole or split); false for Q, K, V, O (they have d_k or d_v), the
+  softmax sums (no memory_length) and P_l, P_w, R_l, R_w (two heads dims).
+  """
+  names = [d.name for d in shape.dims]
+  heads = set()
+  for d in (dims.heads_k, dims.heads, dims.heads_v):
+    heads.update((d.name, d.name + _CORE_SUFFIX))
+  return (MEMORY_LENGTH in names and dims.d_k.name not in names and
+          dims.d_v.name not in names and
+          len([n for n in names if n in heads]) == 1)
 
 
 class Strategy(object):
@@ -361,7 +363,7 @@ class _SplitCore(Strategy):
 
   def _core_names(self, dims):
     """{layer heads name: core heads name} and the helper dim names."""
-    rename = {d.name: d.name + "_core" for d in
+    rename = {d.name: d.name + _CORE_SUFFIX for d in
               (dims.heads_k, dims.heads, dims.heads_v)}
     helpers = [self.shard_dim + "_local", self.split_name + "_per_shard"]
     return rename, helpers

@@ -1,0 +1,258 @@
+"""Sharding strategies (sharding.py): sharded == unsharded, and clear errors.
+
+1. Every strategy of sharding.STRATEGIES, for multi-head, talking heads
+   (h_k != h), logits-only and dynamic projections, on model:2, model:4,
+   model:8 and batch:2 x model:4, against one unsharded reference per model
+   built with HeadsParallel(ordered=False), i.e. attention.attention_core
+   exactly as the paper lays it out: loss, logits, every gradient, and after
+   one SGD step every weight, loss and logits.  A representative subset
+   (each strategy, each mesh, each model at least once) runs in `make test`;
+   the full matrix is slow.
+2. The 768-heads, d_k = d_v = 1 model of the paper's BERT table, tiny (64
+   heads, batch 1, length 16): QuerySplit on 8 logical CPUs trains with the
+   losses of the unsharded model, step by step, with every n x m x heads
+   slice 1/8 of the whole.
+3. A strategy that cannot apply to a layout raises a ValueError naming the
+   dim and the mesh axis: from check() (no graph) and, as a net, while the
+   graph is built.
+"""
+import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
+import numpy as np
+import pytest
+
+from mtf_talking_heads import attention
+from mtf_talking_heads import comm
+from mtf_talking_heads import harness
+from mtf_talking_heads import layers
+from mtf_talking_heads import sharding
+
+D_MODEL, VOCAB, BATCH, LENGTH = 16, 32, 8, 8
+TOL = 2e-5  # max |sharded - unsharded| / max |unsharded|; the core is float32
+
+MODELS = {
+    "mha": lambda s: layers.MultiHeadAttention(heads=8, d_k=2, d_v=3,
+                                               strategy=s),
+    "th": lambda s: layers.TalkingHeadsAttention(
+        heads_k=8, heads=16, heads_v=8, d_k=2, d_v=3, strategy=s),
+    "logits": lambda s: layers.ProjectLogitsAttention(
+        heads_k=16, heads=8, d_k=2, d_v=3, strategy=s),
+    "dynamic": lambda s: layers.DynamicProjectionsAttention(
+        heads_k=8, heads=8, heads_v=16, d_k=2, d_v=3, dynamic_init_scale=1.0,
+        strategy=s),
+}
+MESHES = {
+    "model2": "model:2",
+    "model4": "model:4",
+    "model8": "model:8",
+    "batch2xmodel4": "batch:2;model:4",
+}
+# each strategy at least once, and the batch x model mesh (the outer-dim
+# path of a split); model:8 is covered by the 768-heads test below
+FAST = {
+    "th-query_split-model4", "th-batch_split-batch2xmodel4",
+    "th-heads_parallel-model2", "mha-batch_split-model2",
+    "dynamic-query_split_allgather-model2",
+}
+
+
+def _cases():
+  cases = []
+  for model in MODELS:
+    for strategy in sharding.STRATEGIES:
+      for mesh in MESHES:
+        case_id = "%s-%s-%s" % (model, strategy, mesh)
+        marks = () if case_id in FAST else (pytest.mark.slow,)
+        cases.append(pytest.param(model, strategy, mesh, id=case_id,
+                                  marks=marks))
+  return cases
+
+
+def _layer(model, strategy):
+  layer = MODELS[model](strategy)
+  layer.set_name("attention")
+  return layer
+
+
+def _run(run):
+  """Forward + gradients, one SGD step, then weights, loss and logits.
+
+  Three session runs (each new set of fetches costs seconds of graph
+  optimisation over 8 devices).
+  """
+  names = ["loss", "logits"] + ["grad:" + n for n in sorted(run.grads)]
+  out = run.fetch(names)
+  run.step()
+  after = run.session.run(dict(run.variables, **run.outputs))
+  out.update({"after:" + k: v for k, v in after.items()})
+  return out
+
+
+def _relative_error(got, want):
+  got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+  assert got.shape == want.shape
+  return np.abs(got - want).max() / max(np.abs(want).max(), 1e-12)
+
+
+@pytest.fixture(scope="module")
+def references():
+  cache = {}
+
+  def get(model):
+    if model not in cache:
+      run = harness.Harness(
+          [_layer(model, sharding.HeadsParallel(ordered=False))],
+          d_model=D_MODEL, vocab=VOCAB, batch=BATCH, length=LENGTH,
+          optimizer_step=True)
+      initial = run.variable_values()
+      cache[model] = (initial, _run(run))
+      run.close()
+    return cache[model]
+  return get
+
+
+@pytest.mark.parametrize("model, strategy_name, mesh", _cases())
+def test_sharded_equals_unsharded(references, model, strategy_name, mesh):
+  mesh_shape = MESHES[mesh]
+  strategy = sharding.make_strategy(strategy_name)
+  layer = _layer(model, strategy)
+  layout = comm.full_layout(
+      comm.default_layout(layer, mesh_shape, D_MODEL), strategy)
+  strategy.check(layer.dims, mesh_shape, layout, BATCH, LENGTH)
+  initial, want = references(model)
+
+  run = harness.Harness([layer], d_model=D_MODEL, vocab=VOCAB, batch=BATCH,
+                        length=LENGTH, mesh_shape=mesh_shape, layout=layout,
+                        optimizer_step=True)
+  try:
+    assert sorted(run.variables) == sorted(initial)
+    run.assign(initial)
+    got = _run(run)
+    summary = comm.summarize_counters(run.lowering.counters, mesh_shape)
+    max_slice, max_size = comm.core_activation_slices(run.lowering,
+                                                      layer.dims)
+  finally:
+    run.close()
+
+  errors = {k: _relative_error(got[k], want[k]) for k in want}
+  bad = {k: e for k, e in errors.items() if not e <= TOL}
+  assert not bad, "sharded differs from unsharded: %s" % bad
+  assert any(_relative_error(want["after:" + k], v) > 1e-4
+             for k, v in initial.items())  # the step changed the weights
+  if strategy_name != "heads_parallel":
+    # the core really moved: heads-split -> S-split all-to-alls, and every
+    # n x m x heads slice is 1/P of the whole
+    assert summary["alltoall"] > 0
+    assert max_slice * sharding.MeshLayout(
+        mesh_shape, "").mesh_shape.size == max_size
+
+
+# ----------------------------------------------- 768 heads, d_k = d_v = 1
+def test_768_heads_tiny_trains_query_split_on_8_devices():
+  """The BERT row's shape (h >> d_k = d_v = 1), small: 64 heads, batch 1."""
+  def make(strategy):
+    layer = layers.TalkingHeadsAttention(heads_k=64, heads=64, heads_v=64,
+                                         d_k=1, d_v=1, strategy=strategy)
+    layer.set_name("attention")
+    return layer
+  kwargs = dict(d_model=16, vocab=VOCAB, batch=1, length=16,
+                optimizer_step=True, learning_rate=0.5)
+  ref = harness.Harness([make(sharding.HeadsParallel(ordered=False))],
+                        **kwargs)
+  layer = make(sharding.QuerySplit())
+  layout = "heads_k:model;heads_v:model;core_shard:model"
+  run = harness.Harness([layer], mesh_shape="model:8", layout=layout,
+                        **kwargs)
+  try:
+    run.assign(ref.variable_values())
+    want, got = [], []
+    for _ in range(4):
+      want.append(ref.fetch(["loss"])["loss"])
+      got.append(run.fetch(["loss"])["loss"])
+      ref.step()
+      run.step()
+    max_slice, max_size = comm.core_activation_slices(run.lowering,
+                                                      layer.dims)
+  finally:
+    ref.close()
+    run.close()
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  assert want[-1] < want[0] - 0.05  # it trains
+  assert max_size == 1 * 16 * 16 * 64 and max_slice * 8 == max_size
+
+
+# ------------------------------------------------------------- errors
+TH = attention.make_dims(8, 8, 8, 2, 2)
+MHA = attention.make_dims(("heads", 8), ("heads", 8), ("heads", 8), 2, 2)
+TH_LAYOUT = "heads_k:model;heads_v:model;core_shard:model"
+
+
+@pytest.mark.parametrize("strategy, dims, mesh_shape, layout, batch, length, "
+                         "words", [
+    pytest.param(sharding.QuerySplit(), TH, "model:8", TH_LAYOUT, 8, 12,
+                 ["'length'", "'model'", "12"], id="query_split-length"),
+    pytest.param(sharding.BatchSplit(), TH, "model:8", TH_LAYOUT, 4, 8,
+                 ["'batch'", "'model'", "4"], id="batch_split-batch"),
+    pytest.param(sharding.BatchSplit(), TH, "batch:2;model:4",
+                 "batch:batch;" + TH_LAYOUT, 4, 8,
+                 ["'batch'", "'model'", "'batch' (size 2)"],
+                 id="batch_split-batch-within-batch-axis"),
+    pytest.param(sharding.QuerySplit(), TH, "model:8",
+                 "heads_k:model;heads_v:model", 8, 8,
+                 ["'core_shard'", "'model'", "core_shard:model"],
+                 id="missing-shard-rule"),
+    pytest.param(sharding.QuerySplit(), TH, "batch:8",
+                 "core_shard:batch", 8, 8, ["'model'", "batch:8"],
+                 id="mesh-lacks-axis"),
+    pytest.param(sharding.QuerySplit(), TH, "model:8",
+                 TH_LAYOUT + ";length:model", 8, 8, ["'length'", "'model'"],
+                 id="split-dim-on-axis"),
+    pytest.param(sharding.BatchSplit(), MHA, "batch:2;model:4",
+                 "heads:batch;core_shard:model", 8, 8,
+                 ["'heads'", "'batch'"], id="heads-on-other-axis"),
+    pytest.param(sharding.HeadsParallel(), TH, "model:8",
+                 "heads_k:model;heads:model", 8, 8,
+                 ["'heads_k'", "'heads'", "'model'", "P_l"],
+                 id="heads_parallel-obstacle-1"),
+    pytest.param(sharding.HeadsParallel(), MHA, "model:3", "heads:model", 8,
+                 8, ["'heads'", "'model'", "size 3"],
+                 id="heads_parallel-indivisible-heads"),
+])
+def test_check_names_dim_and_axis(strategy, dims, mesh_shape, layout, batch,
+                                  length, words):
+  with pytest.raises(ValueError) as e:
+    strategy.check(dims, mesh_shape, layout, batch, length)
+  for word in words:
+    assert word in str(e.value), (word, str(e.value))
+
+
+def test_measure_fails_before_building_a_graph(monkeypatch):
+  def no_graph(*args, **kwargs):
+    raise AssertionError("a graph was built")
+  monkeypatch.setattr(harness, "Harness", no_graph)
+  config = comm.make_config("talking_heads", 8, 2, 2, D_MODEL, 12, BATCH)
+  with pytest.raises(ValueError, match="'length'.*'model'"):
+    comm.measure(config, "query_split", "model:8")
+
+
+def test_graph_build_fails_on_a_layout_the_strategy_cannot_serve():
+  """Without check(): the strategy reads the layout from the model."""
+  layer = _layer("th", sharding.QuerySplit())
+  with pytest.raises(ValueError, match="'length'.*'model'"):
+    harness.Harness([layer], d_model=D_MODEL, vocab=VOCAB, batch=BATCH,
+                    length=12, mesh_shape="model:8", layout=TH_LAYOUT,
+                    run=False)
+  with pytest.raises(ValueError, match="layout="):
+    # no layout given to the model at all
+    sharding.QuerySplit().core(
+        context=type("C", (), {"model": None})(), dims=TH,
+        q=_FakeTensor(["batch", "length"]), k=None, v=None,
+        memory_length=None, p_l=None, p_w=None, dynamic_l=[], dynamic_w=[],
+        bias=None, dropout_fn=None)
+
+
+class _FakeTensor(object):
+  """Just enough of an mtf.Tensor for core() to look for its split dim."""
+
+  def __init__(self, names):
+    import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
+    self.shape = mtf.Shape([mtf.Dimension(n, 8) for n in names])
