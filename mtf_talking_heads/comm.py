@@ -209,6 +209,24 @@ def core_activation_slices(lowering, dims):
   return best_slice, best_size
 
 
+def check_config(config, mesh_shape, layout=None):
+  """The checks every strategy makes (divisibility, obstacle 1), no graph.
+
+  Raises:
+    ValueError: naming the dim and mesh axis.
+  """
+  layer = make_layer(config)
+  if layout is None:
+    layout = default_layout(layer, mesh_shape, config.d_model)
+  sharding.HeadsParallel().check(layer.dims, mesh_shape, layout,
+                                 config.batch, config.length)
+  mesh = sharding.MeshLayout(mesh_shape, layout)
+  for d in mesh.mesh_shape.dims:
+    if d.name == "batch" and config.batch % d.size:
+      raise ValueError("dim 'batch' (size %d) is not divisible by mesh axis "
+                       "'batch' (size %d)" % (config.batch, d.size))
+
+
 def measure(config, strategy_name, mesh_shape, layout=None, vocab=128,
             lower_only=True):
   """Builds the benchmark unit for one strategy and returns its figures.
@@ -231,13 +249,10 @@ def measure(config, strategy_name, mesh_shape, layout=None, vocab=128,
   layer = make_layer(config, strategy)
   if layout is None:
     layout = default_layout(layer, mesh_shape, config.d_model)
+  check_config(config, mesh_shape, layout)
   layout = full_layout(layout, strategy)
   mesh = sharding.MeshLayout(mesh_shape, layout)
   strategy.check(layer.dims, mesh_shape, layout, config.batch, config.length)
-  for d in mesh.mesh_shape.dims:
-    if d.name == "batch" and config.batch % d.size:
-      raise ValueError("dim 'batch' (size %d) is not divisible by mesh axis "
-                       "'batch' (size %d)" % (config.batch, d.size))
   run = harness.Harness(
       [layer], d_model=config.d_model, vocab=vocab, batch=config.batch,
       length=config.length, mesh_shape=mesh_shape, layout=layout,

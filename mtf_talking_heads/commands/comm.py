@@ -108,6 +108,7 @@ def main(argv=None):
       raise ValueError("--vocab must be positive, got %d" % args.vocab)
     names = (list(sharding.STRATEGIES) if args.strategy == "all"
              else [args.strategy])
+    comm.check_config(config, args.mesh_shape, args.layout)
     compat.split_cpu(comm.num_devices([args.mesh_shape]))
     rows = []
     for name in names:

@@ -1,0 +1,180 @@
+"""`mtf_th comm` and comm.py: figures against hand-derived formulas.
+
+Configuration (small, model:P with P = 4, so N = P devices): batch b = 8,
+length n = m = 8, d_model d = 8, h heads (h_k = h = h_v = 4), d_k = d_v = 2.
+|X| = b n d (the residual stream), |Q| = |K| = |V| = |O| = b n h d_k.
+mtf counts an all-reduce at N x the reduced slice, an all-gather at N x the
+gathered slice, an all-to-all at N x its input slice (comm.py docstring), so
+with N = P, per strategy (forward + backward; docs/sharding.md derives them):
+
+  heads_parallel, multi-head   allreduce 2 P |X|    (Y; dX, Q/K/V paths summed)
+  heads_parallel, talking h.   allreduce 2 P |X| + 2 P b n m h   (L; dW)
+  batch_split                  alltoall  2 (|Q| + |K| + |V| + |O|)
+                               (+ 4 P h^2 for P_l, P_w gathered in
+                                reduce-scatter form), allreduce 2 P |X|
+  query_split                  alltoall  2 (|Q| + P|K| + P|V| + |O|) (+ 4 P h^2)
+  query_split_allgather        alltoall  2 (|Q| + |O|),
+                               allconcat 2 P |K| (+ 2 P h^2),
+                               allreduce 2 P |X| + 2 P |K| (+ 2 P b h^2:
+                               dP_l, dP_w broadcast over the batch)
+
+and ring bytes per device = 4 (P-1)/P (2 allreduce + alltoall + allconcat)/N.
+"""
+import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
+import pytest
+
+from mtf_talking_heads import comm
+from mtf_talking_heads.commands import comm as comm_command
+
+B, N, D, H, DK, P = 8, 8, 8, 4, 2, 4
+X = B * N * D
+Q = B * N * H * DK
+NMH = B * N * N * H
+PROJ = H * H
+MESH = "model:%d" % P
+
+
+def _expected(variant, strategy):
+  th = variant == "talking_heads"
+  if strategy == "heads_parallel":
+    return dict(allreduce=2 * P * X + (2 * P * NMH if th else 0),
+                alltoall=0, allconcat=0,
+                max_slice_elements=NMH if th else NMH // P)
+  gathers = 4 * P * PROJ if th else 0
+  if strategy == "batch_split":
+    return dict(allreduce=2 * P * X, alltoall=8 * Q + gathers, allconcat=0,
+                max_slice_elements=NMH // P)
+  if strategy == "query_split":
+    return dict(allreduce=2 * P * X, alltoall=2 * (2 * Q + 2 * P * Q) +
+                gathers, allconcat=0, max_slice_elements=NMH // P)
+  assert strategy == "query_split_allgather"
+  return dict(allreduce=2 * P * X + 2 * P * Q + (2 * P * B * PROJ if th
+                                                  else 0),
+              alltoall=4 * Q, allconcat=2 * P * Q + (2 * P * PROJ if th
+                                                     else 0),
+              max_slice_elements=NMH // P)
+
+
+@pytest.fixture(scope="module")
+def measured():
+  cache = {}
+
+  def get(variant, strategy):
+    if (variant, strategy) not in cache:
+      config = comm.make_config(variant, H, DK, DK, D, N, B)
+      cache[variant, strategy] = comm.measure(config, strategy, MESH)
+    return cache[variant, strategy]
+  return get
+
+
+CASES = [(v, s) for v in ("multi_head", "talking_heads")
+         for s in ("heads_parallel", "batch_split", "query_split",
+                   "query_split_allgather")]
+
+
+@pytest.mark.parametrize("variant, strategy", CASES,
+                         ids=["%s-%s" % c for c in CASES])
+def test_counts_match_hand_derived_formulas(measured, variant, strategy):
+  got = measured(variant, strategy)
+  want = _expected(variant, strategy)
+  for key, value in want.items():
+    assert got[key] == value, (key, got[key], value)
+  ring = 2 * want["allreduce"] + want["alltoall"] + want["allconcat"]
+  assert got["ring_bytes_per_device"] == 4 * ring * (P - 1) // (P * P)
+  assert got["max_elements"] == NMH
+  assert got["einsum_replication"] == pytest.approx(
+      got["einsum"] / got["einsum_unique"])
+
+
+def test_talking_heads_split_cores_beat_heads_parallel(measured):
+  hp = measured("talking_heads", "heads_parallel")
+  for strategy in ("batch_split", "query_split"):
+    got = measured("talking_heads", strategy)
+    assert got["ring_bytes_per_device"] < hp["ring_bytes_per_device"]
+    # the core is split, not replicated: no more multiplies than multi-head
+    assert got["einsum_replication"] <= measured(
+        "multi_head", "heads_parallel")["einsum_replication"]
+
+
+def test_ring_bytes_of_a_two_axis_mesh():
+  """Each collective is priced with the size of its own group."""
+  counters = [("allreduce/[0]/einsum_op", 800),     # over batch:2
+              ("allreduce/[0, 1]/reduce_op", 160),  # over all 8 devices
+              ("alltoall/1/reshape_op", 80),        # over model:4
+              ("allconcat/1/reshape_op", 160),      # over model:4
+              ("einsum", 30), ("einsum_unique", 20), ("output/Foo", 7)]
+  got = comm.summarize_counters(counters, "batch:2;model:4")
+  assert (got["allreduce"], got["alltoall"], got["allconcat"]) == (960, 80,
+                                                                   160)
+  assert (got["einsum"], got["einsum_unique"]) == (30, 20)
+  want = (2 * (1 / 2) * 800 / 8 + 2 * (7 / 8) * 160 / 8 + (3 / 4) * 80 / 8 +
+          (3 / 4) * 160 / 8)
+  assert got["ring_elements_per_device"] == pytest.approx(want)
+
+
+def test_default_layouts_keep_weights_sharded():
+  th = comm.make_layer(comm.make_config("talking_heads", H, DK, DK, D, N, B))
+  mha = comm.make_layer(comm.make_config("multi_head", H, DK, DK, D, N, B))
+  assert comm.default_layout(th, "batch:2;model:4") == (
+      "batch:batch;heads_k:model;heads_v:model")
+  assert comm.default_layout(mha, "model:8") == "heads:model"
+  logits = comm.make_layer(comm.make_config("project_logits", H, DK, DK, D,
+                                            N, B, heads_k=8))
+  # P_l[heads_k, heads] may not have both dims on "model"
+  assert comm.default_layout(logits, "model:4") == "heads_k:model"
+  with pytest.raises(ValueError, match="'rows'.*--layout"):
+    comm.default_layout(th, "rows:2;model:4")
+
+
+# ------------------------------------------------------------------- CLI
+ARGS = ["--heads", str(H), "--d_k", str(DK), "--d_v", str(DK), "--d_model",
+        str(D), "--length", str(N), "--mesh_shape", MESH]
+
+
+def test_cli_prints_one_row_per_strategy(capsys, measured):
+  rc = comm_command.main(["--variant", "multi_head", "--batch", str(B),
+                          "--strategy", "heads_parallel", "--format", "md"]
+                         + ARGS)
+  out = capsys.readouterr().out.splitlines()
+  assert rc == 0
+  assert out[0] == "| " + " | ".join(comm.COLUMNS) + " |"
+  cells = [c.strip() for c in out[2].strip("|").split("|")]
+  want = measured("multi_head", "heads_parallel")
+  assert cells[:5] == ["multi_head", "heads_parallel", MESH, "heads:model",
+                       str(2 * P * X)]
+  assert int(cells[-1]) == want["ring_bytes_per_device"]
+  assert len(out) == 3
+
+
+def test_cli_all_skips_what_cannot_apply(capsys):
+  rc = comm_command.main(["--variant", "talking_heads", "--batch", "2"]
+                         + ARGS)
+  captured = capsys.readouterr()
+  assert rc == 0
+  rows = captured.out.splitlines()
+  assert rows[0] == ",".join(comm.COLUMNS)
+  assert [r.split(",")[1] for r in rows[1:]] == [
+      "heads_parallel", "query_split_allgather", "query_split"]
+  assert "batch_split does not apply" in captured.err
+  assert "'batch'" in captured.err and "'model'" in captured.err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--variant", "talking_heads", "--batch", "8", "--strategy",
+      "query_split", "--length", "6"], ["'length'", "'model'"]),
+    (["--variant", "talking_heads", "--batch", "8", "--layout",
+      "heads_k:model;heads:model"], ["'heads_k'", "'heads'", "'model'"]),
+    (["--variant", "general_bilinear", "--batch", "8"], ["variant"]),
+    (["--variant", "talking_heads", "--batch", "0"], ["batch"]),
+], ids=["indivisible-length", "obstacle-1", "no-strategies", "batch-0"])
+def test_cli_errors_exit_2_naming_the_problem(capsys, argv, words):
+  args = list(ARGS)
+  if "--length" in argv:
+    i = args.index("--length")
+    del args[i:i + 2]
+  rc = comm_command.main(argv + args)
+  err = capsys.readouterr().err
+  assert rc == 2
+  assert err.startswith("mtf_th comm: error:")
+  for word in words:
+    assert word in err, (word, err)
