@@ -479,58 +479,73 @@ def _configure_estimator(estimator, seed):
   estimator._session_config = config.session_config  # pylint: disable=protected-access
 
 
-class OrderGlobalStepHook(tf.train.SessionRunHook):
-  """Makes the global-step increment wait for every read of the step.
+_WRITE_OPS = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+              "ResourceScatterAdd", "ResourceScatterUpdate")
 
-  mtf 0.1.21's train op is tf.group(variable updates + assign_add(step)),
-  and the learning-rate schedule and Adafactor (decay rate 1 - (t+1)^-0.8)
-  read the step in the same session.run with no ordering: on a
-  multi-threaded CPU they see t or t+1 at random, so two runs with the same
-  seed and data diverge after one step.  In begin() (before the graph is
-  finalised) this hook adds every op of the training step that reads the
-  global step as a control input of the increment, so they all see t, as
-  on a TPU.  Reads that only other session.runs execute (summaries, savers)
-  are left alone.
+
+class OrderReadsBeforeWritesHook(tf.train.SessionRunHook):
+  """Within a training step, every variable is read before it is written.
+
+  mtf 0.1.21's train op is tf.group(variable updates + assign_add(step)) in
+  a TF1 graph, where nothing orders a variable's reads against its writes:
+  a gradient op may read a weight after the optimizer has assigned it, and
+  the learning-rate schedule and Adafactor (decay 1 - (t+1)^-0.8) may read
+  the global step before or after its increment.  On a multi-threaded CPU
+  two runs with the same seed and data then differ after a few steps, and a
+  resumed run does not follow the uninterrupted one.  In begin() (before the
+  graph is finalised) this hook makes each write in the train op's fan-in
+  wait for every read of the same resource variable in that fan-in (reads
+  that depend on a write are left alone), the rule TF2's automatic control
+  dependencies apply.  Needs resource variables (_configure_estimator).
   """
 
   def begin(self):
     step = tf.train.get_global_step()
     if step is None:
       return
-    # the variable, and Identity "reads" of a ref variable, which alias its
-    # buffer: their consumers are the real reads.
-    step_tensors = set([step.op.outputs[0]])
-    frontier = [step.op.outputs[0]]
-    while frontier:
-      tensor = frontier.pop()
-      for op in tensor.consumers():
-        if op.type in ("Identity", "ReadVariableOp") and \
-            op.outputs[0] not in step_tensors:
-          step_tensors.add(op.outputs[0])
-          frontier.append(op.outputs[0])
+    graph = step.graph
     increments = [op for op in step.op.outputs[0].consumers()
                   if op.type in ("AssignAdd", "AssignAddVariableOp")]
     if not increments:
       return
     parents = {}
-    for op in step.graph.get_operations():
+    for op in graph.get_operations():
       for control in op.control_inputs:
         parents.setdefault(control, []).append(op)
-    for increment in increments:
-      # the train op: the tf.group NoOps above the increment (tf.group
-      # makes one NoOp per device under a final one)
-      roots, stack = set(), [increment]
-      while stack:
-        for parent in parents.get(stack.pop(), []):
-          if parent.type == "NoOp" and parent not in roots:
-            roots.add(parent)
-            stack.append(parent)
-      fanin = _transitive_fanin(roots, stop=increment)
-      reads = [op for op in fanin if op is not increment and
-               op not in roots and
-               any(t in step_tensors for t in op.inputs)]
-      if reads:
-        increment._add_control_inputs(reads)  # pylint: disable=protected-access
+    # the train op: the tf.group NoOps above the step increment (tf.group
+    # makes one NoOp per device under a final one)
+    roots, stack = set(), list(increments)
+    while stack:
+      for parent in parents.get(stack.pop(), []):
+        if parent.type == "NoOp" and parent not in roots:
+          roots.add(parent)
+          stack.append(parent)
+    fanin = _transitive_fanin(roots, stop=None)
+    writes = [op for op in fanin if op.type in _WRITE_OPS]
+    after_writes = _transitive_fanout(writes, within=fanin)
+    reads = {}
+    for op in fanin:
+      if op.type == "ReadVariableOp" and op not in after_writes:
+        reads.setdefault(op.inputs[0].op, []).append(op)
+    for write in writes:
+      pending = [r for r in reads.get(write.inputs[0].op, [])
+                 if r not in write.control_inputs]
+      if pending:
+        write._add_control_inputs(pending)  # pylint: disable=protected-access
+
+
+def _transitive_fanout(ops, within):
+  """Ops in `within` reachable from `ops` (data and control edges)."""
+  seen = set()
+  stack = list(ops)
+  while stack:
+    op = stack.pop()
+    for nxt in [c for t in op.outputs for c in t.consumers()] + list(
+        op._control_outputs):  # pylint: disable=protected-access
+      if nxt in within and nxt not in seen:
+        seen.add(nxt)
+        stack.append(nxt)
+  return seen
 
 
 def _transitive_fanin(ops, stop):
@@ -558,22 +573,24 @@ def latest_step(model_dir):
 def checkpoint_steps(model_dir):
   """Steps of the complete checkpoints in model_dir.
 
-  Those listed in model_dir/checkpoint plus every model.ckpt-N with an
-  .index file: with keep_checkpoint_max = None (gin/mtf_th.gin) TF's Saver
-  keeps every checkpoint on disk but lists only the latest.
+  A checkpoint counts if it is listed in model_dir/checkpoint or its index
+  file exists, and its index and every data shard are present.
   """
-  state = tf.train.get_checkpoint_state(model_dir) if tf.io.gfile.exists(
-      model_dir) else None
-  if state is None:
+  if not tf.io.gfile.exists(model_dir):
     return []
-  paths = [p if os.path.isabs(p) else os.path.join(model_dir, p)
-           for p in state.all_model_checkpoint_paths]
-  paths += [p[:-len(".index")] for p in tf.io.gfile.glob(
-      os.path.join(model_dir, "model.ckpt-*.index"))]
+  prefixes = set(p[:-len(".index")] for p in tf.io.gfile.glob(
+      os.path.join(model_dir, "model.ckpt-*.index")))
+  state = tf.train.get_checkpoint_state(model_dir)
+  if state is not None:
+    for path in state.all_model_checkpoint_paths:
+      prefixes.add(path if os.path.isabs(path) else
+                   os.path.join(model_dir, path))
   steps = []
-  for path in paths:
-    if tf.io.gfile.exists(path + ".index"):
-      steps.append(int(mtf_utils.get_step_from_checkpoint_path(path)))
+  for prefix in prefixes:
+    shards = tf.io.gfile.glob(prefix + ".data-*-of-*")
+    if (tf.io.gfile.exists(prefix + ".index") and shards and
+        len(shards) == int(shards[0].rsplit("-of-", 1)[1])):
+      steps.append(int(mtf_utils.get_step_from_checkpoint_path(prefix)))
   return sorted(set(steps))
 
 
@@ -624,7 +641,7 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
                                print_every_secs=print_every_secs)
   try:
     estimator.train(input_fn=input_fn, max_steps=train_steps,
-                    hooks=[OrderGlobalStepHook(), hook])
+                    hooks=[OrderReadsBeforeWritesHook(), hook])
   except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError) as e:
     if start and ("checkpoint" in str(e).lower() or "restor" in str(e).lower()
                   or "Key " in str(e)):
