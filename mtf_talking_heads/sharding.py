@@ -243,8 +243,34 @@ def project_heads(p, x, reduced, new):
   return mtf.custom_gradient(fn, grad_fn, [p, x])
 
 
+def softmax_last(logits, memory_length):
+  """W = softmax(L) over memory_length, L's innermost dim, as one TF op.
+
+  mtf.softmax is five mtf ops (max, subtract, exp, sum, divide), each a pass
+  over the n x m x heads tensor, and as many again in the backward pass;
+  tf.nn.softmax makes two, and the gradient dL = W (dW - sum_m dW W) one
+  slicewise op.  memory_length may not be split across devices.
+  """
+  if logits.shape.dims[-1] != memory_length:
+    raise ValueError("softmax_last needs memory_length innermost, got %s"
+                     % logits.shape)
+  splittable = logits.shape.dims[:-1]
+
+  def grad_fn(op, dy):
+    w = op.outputs[0]
+    return [mtf.slicewise(
+        lambda w, dy: w * (dy - tf.reduce_sum(dy * w, -1, keepdims=True)),
+        [w, dy], output_shape=w.shape, output_dtype=w.dtype,
+        splittable_dims=splittable, grad_function=0, name="softmax_grad")]
+
+  return mtf.slicewise(tf.nn.softmax, [logits], output_shape=logits.shape,
+                       output_dtype=logits.dtype, splittable_dims=splittable,
+                       grad_function=grad_fn, name="softmax")
+
+
 def ordered_core(q, k, v, memory_length, dims, p_l=None, p_w=None,
-                 dynamic_l=(), dynamic_w=(), bias=None, dropout_fn=None):
+                 dynamic_l=(), dynamic_w=(), bias=None, dropout_fn=None,
+                 fused_softmax=True):
   """attention.attention_core with its n x m x heads tensors heads-major.
 
   The same J, L, W, U, O (section 3 of the paper, appendix A for the dynamic
@@ -257,7 +283,11 @@ def ordered_core(q, k, v, memory_length, dims, p_l=None, p_w=None,
   dW and dU (whole n x m x heads tensors) every step; docs/sharding.md has
   the measured step times (benchmarks/sharding.py).
 
-  Args: as attention.attention_core.
+  Args:
+    q, k, v, memory_length, dims, p_l, p_w, dynamic_l, dynamic_w, bias,
+    dropout_fn: as attention.attention_core.
+    fused_softmax: W by softmax_last (needs memory_length unsplit), else by
+      attention.compute_w (mtf.softmax).
   Returns:
     O[lead..., h_v, n..., d_v]
   """
@@ -275,7 +305,10 @@ def ordered_core(q, k, v, memory_length, dims, p_l=None, p_w=None,
       l += mtf.einsum([j, r], output_shape=l.shape)
   if bias is not None:
     l += _float32(bias)
-  w = attention.compute_w(l, memory_length)                          # W
+  if fused_softmax:
+    w = softmax_last(l, memory_length)                               # W
+  else:
+    w = attention.compute_w(l, memory_length)
   u = w
   if p_w is not None:
     u = project_heads(_float32(p_w), w, dims.heads, dims.heads_v)    # U
@@ -309,10 +342,15 @@ class HeadsParallel(Strategy):
     mesh = _model_layout(context)
     if mesh is not None and _size_of(q, LENGTH) is not None:
       check_layout(dims, mesh, _size_of(q, BATCH) or 1, _size_of(q, LENGTH))
-    core_fn = ordered_core if self.ordered else attention.attention_core
     with tf.variable_scope(CORE_SCOPE):
-      return core_fn(q, k, v, memory_length, dims, p_l, p_w, dynamic_l,
-                     dynamic_w, bias, dropout_fn)
+      if not self.ordered:
+        return attention.attention_core(q, k, v, memory_length, dims, p_l,
+                                        p_w, dynamic_l, dynamic_w, bias,
+                                        dropout_fn)
+      return ordered_core(
+          q, k, v, memory_length, dims, p_l, p_w, dynamic_l, dynamic_w, bias,
+          dropout_fn, fused_softmax=not (
+              mesh and mesh.axis_of(memory_length.name)))
 
 
 class _SplitCore(Strategy):
@@ -398,6 +436,11 @@ class _SplitCore(Strategy):
         raise ValueError(
             "%s splits the core over mesh axis %r, which the layout also "
             "gives to dim %r; drop %s:%s" % (cls, axis, name, name, axis))
+    if mesh.axis_of(MEMORY_LENGTH) is not None:
+      raise ValueError(
+          "%s keeps dim %r whole (the softmax runs over it), but the layout "
+          "maps it to mesh axis %r; drop that rule"
+          % (cls, MEMORY_LENGTH, mesh.axis_of(MEMORY_LENGTH)))
     for d in (dims.heads_k, dims.heads, dims.heads_v):
       other = mesh.axis_of(d.name)
       if other not in (None, axis):
