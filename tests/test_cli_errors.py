@@ -126,11 +126,16 @@ def test_cli_eval_without_checkpoint_exits_2(tmp_path):
   assert "no checkpoint" in proc.stderr and "train first" in proc.stderr
 
 
-def test_cli_usage_error_exits_2(tmp_path):
-  proc = _cli(["train", "--model_dir", str(tmp_path / "m"),
-               "--train_steps", "zero"], tmp_path)
-  assert proc.returncode == 2
-  assert "--train_steps" in proc.stderr and "positive integer" in proc.stderr
+def test_cli_usage_error_exits_2(tmp_path, capsys):
+  from mtf_talking_heads.commands import train as train_command
+  from mtf_talking_heads.commands import evaluate as eval_command
+  assert train_command.main(["--model_dir", str(tmp_path / "m"),
+                             "--train_steps", "zero"]) == 2
+  assert eval_command.main(["--checkpoint_steps", "1"]) == 2
+  err = capsys.readouterr().err
+  assert "--train_steps" in err and "positive integer" in err
+  assert "--model_dir" in err
+  assert not (tmp_path / "m").exists()
 
 
 def test_tpu_launch_dry_run_prints_the_commands_for_the_slice():
