@@ -11,7 +11,7 @@ then vocab); the batch:2 x model:4 mesh adds batch:batch.  Every layout is
 first accepted by validation.check_layers, so these runs are also positive
 cases of the pre-graph checks.
 
-The full matrix (60 sharded runs, about 10 minutes) is marked slow; the cases
+The full matrix (64 sharded runs, about 11 CPU-minutes) is marked slow; the cases
 in FAST run in `make test`.
 """
 import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
@@ -24,7 +24,7 @@ from mtf_talking_heads import layers
 from mtf_talking_heads import validation
 
 D_MODEL, D_FF, VOCAB, PADDED_VOCAB, BATCH, LENGTH = 16, 32, 32, 128, 4, 8
-TOL = 2e-5  # max |sharded - unsharded| / max |unsharded|, float32
+TOL = 1e-5  # max |sharded - unsharded| / max |unsharded|, float32
 
 # name -> (attention layer factory, heads dims to shard in turn)
 MODELS = {
