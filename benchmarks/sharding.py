@@ -7,8 +7,8 @@
 1. Communication (markdown): multi-head vs talking heads under each strategy
    of sharding.STRATEGIES, on model:2, model:4, model:8 and batch:2 x model:4,
    for the t5.1.th.base dims (h_k = h = h_v = 24, d_k = d_v = 32, batch 8)
-   and the paper's BERT row (768 heads, d_k = d_v = 1, batch 1), d_model
-   768, length 512, measured with comm.measure (the `mtf_th comm` unit: one
+   and the paper's BERT row (768 heads, d_k = d_v = 1, batch 1; batch 2 on
+   batch:2 x model:4, the least that mesh can split), d_model 768, length 512, measured with comm.measure (the `mtf_th comm` unit: one
    layer, forward + backward + SGD step, lowered, never run).  "ring" is the
    feasibility notes' unit (2 allreduce + allconcat + alltoall, millions of
    counted elements); "x MHA" divides ring bytes per device by those of
@@ -40,11 +40,12 @@ from mtf_talking_heads import harness
 from mtf_talking_heads import layers
 from mtf_talking_heads import sharding
 
+# batch 1 cannot be split over a "batch" mesh axis: there the 768-heads
+# rows use the smallest batch that can (2), and say so.
 DIMS = {
-    "t5.1.th.base (24/24/24, d_k=d_v=32, batch 8)": dict(
+    "t5.1.th.base (24/24/24, d_k=d_v=32)": dict(
         heads=24, d_k=32, d_v=32, batch=8),
-    "BERT 768 heads (d_k=d_v=1, batch 1)": dict(
-        heads=768, d_k=1, d_v=1, batch=1),
+    "BERT 768 heads (d_k=d_v=1)": dict(heads=768, d_k=1, d_v=1, batch=1),
 }
 MESHES = ("model:2", "model:4", "model:8", "batch:2;model:4")
 VARIANTS = ("multi_head", "talking_heads")
@@ -63,26 +64,31 @@ def comm_table(out=sys.stdout):
   for dims_name, dims in DIMS.items():
     for mesh in MESHES:
       base = None
+      batch = dims["batch"]
+      for d in sharding.MeshLayout(mesh, "").mesh_shape.dims:
+        if d.name == "batch" and batch % d.size:
+          batch = d.size
+      label = "%s, batch %d" % (dims_name, batch)
       for variant in VARIANTS:
         config = comm.make_config(variant, dims["heads"], dims["d_k"],
-                                  dims["d_v"], D_MODEL, LENGTH, dims["batch"])
+                                  dims["d_v"], D_MODEL, LENGTH, batch)
         for name in sharding.STRATEGIES:
           try:
             r = comm.measure(config, name, mesh)
           except ValueError as e:
-            reason = str(e).splitlines()[0]
+            reason = str(e).splitlines()[0].split(";")[0]
             print("| %s | %s | %s | %s | does not apply: %s |%s" % (
-                dims_name, mesh, variant, name, reason.replace("|", "/"),
+                label, mesh, variant, name, reason.replace("|", "/"),
                 " |" * (len(cols) - 5)), file=out)
             continue
           if variant == "multi_head" and name == "heads_parallel":
             base = r["ring_bytes_per_device"]
-          r["dims"], r["mesh"] = dims_name, mesh
+          r["dims"], r["mesh"] = label, mesh
           rows.append(r)
           ring = 2 * r["allreduce"] + r["alltoall"] + r["allconcat"]
           print("| %s | %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %s "
                 "| %.3f | %.1f | 1/%g |" % (
-                    dims_name, mesh, variant, name, r["allreduce"] / 1e6,
+                    label, mesh, variant, name, r["allreduce"] / 1e6,
                     r["alltoall"] / 1e6, r["allconcat"] / 1e6, ring / 1e6,
                     r["ring_bytes_per_device"] / 1e6,
                     "%.2f" % (r["ring_bytes_per_device"] / base) if base

@@ -256,3 +256,23 @@ class _FakeTensor(object):
   def __init__(self, names):
     import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
     self.shape = mtf.Shape([mtf.Dimension(n, 8) for n in names])
+
+
+def test_strategies_are_selected_by_gin():
+  import gin  # pylint: disable=g-import-not-at-top
+  with gin.unlock_config():
+    gin.parse_config(
+        "strategy_test/mtf_th.TalkingHeadsAttention.strategy = "
+        "@mtf_th.QuerySplit()\n"
+        "strategy_test/mtf_th.QuerySplit.reduce_scatter = False\n"
+        "strategy_test/mtf_th.MultiHeadAttention.strategy = "
+        "@mtf_th.BatchSplit()\n")
+  with gin.config_scope("strategy_test"):
+    th = layers.TalkingHeadsAttention()
+    mha = layers.MultiHeadAttention()
+  assert isinstance(th.strategy, sharding.QuerySplit)
+  assert th.strategy.name == "query_split_allgather"
+  assert isinstance(mha.strategy, sharding.BatchSplit)
+  assert mha.strategy.layout_rules() == [("core_shard", "model")]
+  assert isinstance(layers.TalkingHeadsAttention().strategy,
+                    sharding.HeadsParallel)  # outside the scope: default
