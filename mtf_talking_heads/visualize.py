@@ -7,7 +7,9 @@ three heatmaps per row, every matrix divided by its largest absolute entry so
 that it lies in [-1, 1].  Beside the picture it reports what the paper
 reports about conditioning ("magnitude of determinant above 1e-9 with
 smallest eigenvalue above 1e-3" for BERT): each matrix's |det| and smallest
-singular value.
+singular value, and, for its remark that the diagonals are not larger than
+the other entries, the ratio of mean |diagonal| to mean |off-diagonal|
+entry.
 
 Only the checkpoint is read (tf.train.load_checkpoint), no graph is built, so
 any model whose attention layers name their variables ``.../p_l`` and
@@ -35,7 +37,7 @@ import numpy as np
 P_L, P_W = "p_l", "p_w"
 MATRICES = ("P_l", "P_w", "P_l x P_w")
 STATS_COLUMNS = ("layer", "matrix", "rows", "cols", "max_abs", "abs_det",
-                 "min_singular", "max_singular")
+                 "min_singular", "max_singular", "diag_to_offdiag")
 
 LayerProjections = collections.namedtuple(
     "LayerProjections", ["layer", "p_l", "p_w"])
@@ -152,16 +154,27 @@ def matrix_stats(matrix):
     matrix: a 2-d float array.
 
   Returns:
-    dict(rows, cols, max_abs, abs_det, min_singular, max_singular).  abs_det
-    is None for a non-square matrix (e.g. P_l with heads_k != heads); the
-    singular values are of the raw (not normalized) matrix.
+    dict(rows, cols, max_abs, abs_det, min_singular, max_singular,
+    diag_to_offdiag).  The singular values are of the raw (not normalized)
+    matrix.  diag_to_offdiag is mean |diagonal entry| / mean |off-diagonal
+    entry|, the paper's "the main diagonals ... do not have significant
+    greater values than other entries" as a number (1: no diagonal
+    preference; inf for a diagonal matrix).  abs_det and diag_to_offdiag are
+    None for a non-square matrix (e.g. P_l with heads_k != heads).
   """
   singular = np.linalg.svd(matrix, compute_uv=False)
   rows, cols = matrix.shape
+  square = rows == cols
+  ratio = None
+  if square and rows > 1:
+    diag = np.mean(np.abs(np.diag(matrix)))
+    off = np.mean(np.abs(matrix[~np.eye(rows, dtype=bool)]))
+    ratio = float(diag / off) if off > 0 else float("inf")
   return dict(
       rows=rows, cols=cols, max_abs=float(np.max(np.abs(matrix))),
-      abs_det=(float(abs(np.linalg.det(matrix))) if rows == cols else None),
-      min_singular=float(singular.min()), max_singular=float(singular.max()))
+      abs_det=float(abs(np.linalg.det(matrix))) if square else None,
+      min_singular=float(singular.min()), max_singular=float(singular.max()),
+      diag_to_offdiag=ratio)
 
 
 def projection_stats(layers):
@@ -193,11 +206,15 @@ def write_stats_csv(rows, path):
 
 def format_stats(rows):
   """The stats as an aligned text table (what `mtf_th visualize` prints)."""
-  header = ("layer", "matrix", "shape", "|det|", "min singular")
+  header = ("layer", "matrix", "shape", "|det|", "min singular",
+            "|diag|/|offdiag|")
   lines = [[row["layer"], row["matrix"], "%dx%d" % (row["rows"], row["cols"]),
             "n/a" if row["abs_det"] is None else "%.3e" % row["abs_det"],
-            "%.3e" % row["min_singular"]] for row in rows]
-  widths = [max(len(r[i]) for r in [header] + lines) for i in range(5)]
+            "%.3e" % row["min_singular"],
+            "n/a" if row["diag_to_offdiag"] is None
+            else "%.2f" % row["diag_to_offdiag"]] for row in rows]
+  widths = [max(len(r[i]) for r in [header] + lines)
+            for i in range(len(header))]
   fmt = "  ".join("%%-%ds" % w for w in widths)
   return "\n".join(fmt % tuple(r) for r in [header] + lines) + "\n"
 
@@ -230,7 +247,8 @@ def plot_projections(layers, path, title=None):
   matplotlib.use("Agg")
   from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
   n = len(layers)
-  fig, axes = plt.subplots(n, 3, figsize=(9.0, 2.6 * n + 0.8), squeeze=False)
+  fig, axes = plt.subplots(n, 3, figsize=(9.0, 2.6 * n + 0.8), squeeze=False,
+                           layout="constrained")
   image = None
   for row, layer in enumerate(layers):
     for col, (name, matrix) in enumerate(layer_matrices(layer).items()):
@@ -249,7 +267,7 @@ def plot_projections(layers, path, title=None):
       if col == 0:
         ax.set_ylabel(_short_name(layer.layer), fontsize=7)
   if image is not None:
-    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6,
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=min(0.6, 3.0 / n),
                  label="entry / max |entry|")
   if title:
     fig.suptitle(title, fontsize=8)

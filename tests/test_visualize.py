@@ -88,6 +88,9 @@ def test_identity_p_l_has_det_1_and_product_det_is_product_of_dets(
   _, layers = visualize.read_projections(model_dir)
   stats = _stats_by_key(visualize.projection_stats(layers))
   assert stats[(ENC0, "P_l")]["abs_det"] == pytest.approx(1.0, abs=1e-12)
+  assert stats[(ENC0, "P_l")]["diag_to_offdiag"] == float("inf")
+  # P_W0: mean |diag| = 6.5/4, mean |off-diag| = 6/12.
+  assert stats[(ENC0, "P_w")]["diag_to_offdiag"] == pytest.approx(3.25)
   assert stats[(ENC0, "P_l")]["min_singular"] == pytest.approx(1.0, abs=1e-6)
   assert stats[(ENC0, "P_w")]["abs_det"] == pytest.approx(P_W0_ABS_DET, rel=1e-6)
   # P_l = I, so P_l x P_w = P_w.
@@ -100,6 +103,7 @@ def test_identity_p_l_has_det_1_and_product_det_is_product_of_dets(
   p_l1 = variables[ENC1 + "/p_l"].astype(np.float32)
   p_w1 = variables[ENC1 + "/p_w"].astype(np.float32)
   assert stats[(ENC1, "P_l")]["abs_det"] is None
+  assert stats[(ENC1, "P_l")]["diag_to_offdiag"] is None
   assert stats[(ENC1, "P_l")]["min_singular"] == pytest.approx(
       np.linalg.svd(p_l1, compute_uv=False).min(), rel=1e-5)
   prod = stats[(ENC1, "P_l x P_w")]

@@ -6,8 +6,9 @@ Reads the latest checkpoint in --model_dir (or a checkpoint prefix such as
 /tmp/th_run/model.ckpt-1000), writes projections.png (the paper's figure: one
 row per attention layer, columns P_l, P_w and P_l x P_w, each divided by its
 largest |entry|) and projections.csv (layer, matrix, rows, cols, max_abs,
-abs_det, min_singular, max_singular) to --output_dir (default: the model
-dir), and prints the |det| / smallest-singular-value table.  A checkpoint
+abs_det, min_singular, max_singular, diag_to_offdiag) to --output_dir
+(default: the model dir), and prints the |det| / smallest-singular-value /
+diagonal-to-off-diagonal table.  A checkpoint
 without P_l / P_w (multi-head) is an error (exit status 2).
 """
 import argparse
