@@ -102,7 +102,8 @@ Attributes:
 
 
 # ---------------------------------------------------------------------------
-# Reading gin files without TensorFlow: macros only.
+# Reading gin files with gin's parser but not its global configuration:
+# macros only (no configurable is resolved, gin's state is left alone).
 
 class _Reference(collections.namedtuple("_Reference", ["name", "evaluate"])):
   """A configurable reference (@name or @name()) met while reading macros."""
@@ -174,11 +175,14 @@ def _resolve(value, macros, seen=()):
 
 
 class GinConfig(object):
-  """The macros of a list of gin files and bindings, read without importing.
+  """The macros of a list of gin files and bindings.
 
-  Follows ``include`` statements (relative to gin/, like the training
-  command's search path) and lets later bindings override earlier ones, as
-  gin does.  Only macros (``name = value`` at top level) are kept.
+  Reads the files with gin's own parser but never touches gin's global
+  configuration (training.parse_gin clears it; a sweep reads dozens of
+  configurations, and tests share one process), and resolves no
+  configurable.  Follows ``include`` statements (relative to gin/, like the
+  training command's search path) and lets later bindings override earlier
+  ones, as gin does.  Only macros (``name = value`` at top level) are kept.
 
   Attributes:
     includes: every file included, in reading order.
