@@ -40,6 +40,7 @@ _SCOPE = "mtf_th_decode_test"
 
 
 def _bind_full_length_decoding():
+  """Binds stop_at_token=None for sample_autoregressive within _SCOPE only."""
   with gin.unlock_config():
     gin.bind_parameter(
         _SCOPE + "/Unitransformer.sample_autoregressive.stop_at_token", None)
@@ -126,7 +127,7 @@ class DecodeRun(object):
         encoded = self._encode(inputs)
         self._encoder_kwargs = lambda: encoded
         # Bitransformer.decode's output length is the input length unless
-        # max_decode_length is given; its stop token (1) is unbound in _SCOPE.
+        # max_decode_length is given; within _SCOPE it has no stop token.
         with gin.config_scope(_SCOPE):
           decoded = self.model.decode(
               inputs, variable_dtype=self.variable_dtype, temperature=0.0,
