@@ -727,9 +727,7 @@ class Sweep(object):
     self.gin_dir = gin_dir
     self.log = log or sys.stdout
     self._configs = {}
-    for row in self.rows:
-      for f in self.extra_files:
-        _gin_path(f, None, gin_dir)
+    for row in self.rows:  # also checks that every gin file exists
       self._configs[row.name] = GinConfig(self.row_files(row),
                                           self.row_params(row, seed=1),
                                           gin_dir=gin_dir)
