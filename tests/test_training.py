@@ -34,6 +34,9 @@ T5_PARAMS = SMALL_HEADS + ["mesh_shape = 'model:2'",
                            "layout = 'heads:model,d_ff:model,vocab:model'",
                            "save_checkpoints_steps = 4"]
 STEPS = 12
+STOCK_MAIN = ("import sys, mtf_talking_heads.compat; "
+              "from t5.models.mesh_transformer_main import console_entry_point; "
+              "sys.argv[0] = 't5_mesh_transformer'; console_entry_point()")
 
 
 def _flags(files, params):
@@ -211,7 +214,9 @@ def test_finetune_gin_builds_and_freezes_the_embedding(reference, tmp_path):
 
 def test_stock_t5_mesh_transformer_runs_our_gin(tmp_path):
   model_dir = str(tmp_path / "stock")
-  _run([os.path.join(BIN, "t5_mesh_transformer"),
+  # t5's console script imports mtf before --module_import (stack breakage 8),
+  # so its main runs after the import fix, exactly as the script would
+  _run([sys.executable, "-c", STOCK_MAIN,
         "--module_import=mtf_talking_heads", "--model_dir=%s" % model_dir] +
        _flags(T5_FILES, T5_PARAMS + ["utils.run.train_steps = 2"]))
   assert [r[0] for r in _log(model_dir)] == [1, 2]
