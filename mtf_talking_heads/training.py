@@ -244,7 +244,7 @@ def check_settings(settings, description, num_devices=None):
     raise ConfigError(
         "mesh_shape %s needs %d devices but only %d %s available: choose a "
         "smaller mesh (e.g. mesh_shape = 'model:%d')%s" % (
-            settings.layout_string and mesh or mesh, mesh.size, num_devices,
+            mesh, mesh.size, num_devices,
             "is" if num_devices == 1 else "are", num_devices,
             "" if settings.tpu else
             " or raise mtf_th.mesh_devices.max_cpu_devices"))
