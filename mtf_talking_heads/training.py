@@ -743,6 +743,18 @@ def _checkpoint_paths(model_dir, steps):
   return out
 
 
+def _match_checkpoint_dtype(checkpoint_path):
+  """Reads checkpoints in the dtype they were written in (bf16 or f32)."""
+  reader = tf.train.load_checkpoint(checkpoint_path)
+  dtypes = set(dtype for name, dtype in
+               reader.get_variable_to_dtype_map().items()
+               if "slot" not in name and not name.startswith("global_step"))
+  if len(dtypes) == 1:
+    with gin.unlock_config():
+      gin.bind_parameter("utils.get_variable_dtype.master_dtype",
+                         dtypes.pop().name)
+
+
 def _operative_gin(model_dir, gin_files):
   """Without gin files, eval/decode use the config the model was trained with."""
   if gin_files:
@@ -860,6 +872,7 @@ def evaluate(model_dir, gin_files=(), gin_params=(), checkpoint_steps=None,
   _check_model_dir(model_dir)
   checkpoints = _checkpoint_paths(model_dir, checkpoint_steps)
   parse_gin(_operative_gin(model_dir, gin_files), gin_params)
+  _match_checkpoint_dtype(checkpoints[-1][1])
   settings, _ = preflight(tpu)
   options = evaluate_checkpoints()
   options["mixture_or_task_name"] = (options["mixture_or_task_name"] or
@@ -946,6 +959,7 @@ def decode(model_dir, gin_files=(), gin_params=(), inputs=None,
   _check_model_dir(model_dir)
   checkpoint = _checkpoint_paths(model_dir, checkpoint_step)[0]
   parse_gin(_operative_gin(model_dir, gin_files), gin_params)
+  _match_checkpoint_dtype(checkpoint[1])
   settings, _ = preflight(tpu)
   if settings.model_type != "bitransformer":
     raise ConfigError(
