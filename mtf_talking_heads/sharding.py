@@ -199,8 +199,7 @@ class Strategy(object):
     raise NotImplementedError
 
 
-def _float32(x):
-  return x if x.dtype == tf.float32 else mtf.cast(x, tf.float32)
+_float32 = attention._float32  # pylint: disable=protected-access  (bf16 widened, float64 kept)
 
 
 def project_heads(p, x, reduced, new):

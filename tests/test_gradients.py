@@ -17,6 +17,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import attention
+from mtf_talking_heads import sharding
 from mtf_talking_heads import harness
 from mtf_talking_heads import layers
 import _equiv_util as eu
@@ -121,16 +122,20 @@ def test_loss_is_float64_end_to_end(f64):
 def bf16():
   """bf16 activations, logits scaled to ~1e4; L and W of every layer."""
   recorded = []
-  original = attention.compute_w
 
-  def recording_compute_w(l, memory_length):
-    w = original(l, memory_length)
-    recorded.append((l, w, memory_length))
-    return w
+  def recording(original):
+    def softmax(l, memory_length):
+      w = original(l, memory_length)
+      recorded.append((l, w, memory_length))
+      return w
+    return softmax
 
   probes = [eu.Probe(VARIANTS[n](), n) for n in NAMES]
   with pytest.MonkeyPatch.context() as mp:
-    mp.setattr(attention, "compute_w", recording_compute_w)
+    # W comes from attention.compute_w (general bilinear) or from the
+    # strategies' fused softmax (sharding.softmax_last, the default core)
+    mp.setattr(attention, "compute_w", recording(attention.compute_w))
+    mp.setattr(sharding, "softmax_last", recording(sharding.softmax_last))
     h = _harness(probes, activation_dtype=tf.bfloat16, seed=6)
   assert len(recorded) == len(probes)
   tensors = {}
