@@ -67,9 +67,9 @@ def measured():
   return get
 
 
-CASES = [(v, s) for v in ("multi_head", "talking_heads")
-         for s in ("heads_parallel", "batch_split", "query_split",
-                   "query_split_allgather")]
+CASES = [("multi_head", "heads_parallel"), ("multi_head", "batch_split")] + [
+    ("talking_heads", s) for s in ("heads_parallel", "batch_split",
+                                   "query_split", "query_split_allgather")]
 
 
 @pytest.mark.parametrize("variant, strategy", CASES,
@@ -178,3 +178,24 @@ def test_cli_errors_exit_2_naming_the_problem(capsys, argv, words):
   assert err.startswith("mtf_th comm: error:")
   for word in words:
     assert word in err, (word, err)
+
+
+def test_batch_split_keeps_every_attention_weight_sharded():
+  """Each device stores 1/P of P_q, P_k, P_v, P_o (and P_l, P_w)."""
+  from mtf_talking_heads import harness  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import sharding  # pylint: disable=g-import-not-at-top
+  config = comm.make_config("talking_heads", H, DK, DK, D, N, B)
+  strategy = sharding.BatchSplit()
+  layer = comm.make_layer(config, strategy)
+  layout = comm.full_layout(comm.default_layout(layer, MESH, D), strategy)
+  run = harness.Harness([layer], d_model=D, vocab=16, batch=B, length=N,
+                        mesh_shape=MESH, layout=layout, optimizer_step=True,
+                        run=False, mesh_impl_cls=comm.PointToPointMeshImpl)
+  names = {}
+  for v in run.lowering.graph.trainable_variables:
+    short = v.name.split("/")[-1]
+    if short in ("p_q", "p_k", "p_v", "p_o", "p_l", "p_w"):
+      impl = run.lowering.mesh_impl(v)
+      names[short] = impl.slice_size(v.outputs[0].shape) * P
+      assert names[short] == v.outputs[0].shape.size, short
+  assert sorted(names) == ["p_k", "p_l", "p_o", "p_q", "p_v", "p_w"]
