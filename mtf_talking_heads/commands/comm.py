@@ -18,22 +18,17 @@ see comm.default_layout); each strategy's own rules are appended.  Bad
 arguments, or a named strategy that cannot apply to the layout, exit with
 status 2 and one message on stderr.
 """
-import argparse
 import csv
 import io
 import sys
 
+from mtf_talking_heads import commands
+
 PROG = "mtf_th comm"
 
 
-class _UsageError(Exception):
-  pass
-
-
-class _Parser(argparse.ArgumentParser):
-
-  def error(self, message):
-    raise _UsageError(message)
+_UsageError = commands.UsageError
+_Parser = commands.ArgumentParser
 
 
 def _build_parser(strategies, variants):

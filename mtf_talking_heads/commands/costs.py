@@ -12,10 +12,11 @@ extra columns paper_params,paper_multiplies,match; those rows are counted the
 paper's way (dynamic terms folded, see docs/costs.md).  Bad arguments exit
 with status 2 and one message on stderr.
 """
-import argparse
 import csv
 import io
 import sys
+
+from mtf_talking_heads import commands
 
 from mtf_talking_heads import costs
 
@@ -25,14 +26,8 @@ _CONFIG_FLAGS = ("variant", "dynamic", "heads_k", "heads", "heads_v", "d_k",
 _PAPER_COLUMNS = ("paper_params", "paper_multiplies", "match")
 
 
-class _UsageError(Exception):
-  pass
-
-
-class _Parser(argparse.ArgumentParser):
-
-  def error(self, message):
-    raise _UsageError(message)
+_UsageError = commands.UsageError
+_Parser = commands.ArgumentParser
 
 
 def _build_parser():

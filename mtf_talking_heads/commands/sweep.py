@@ -16,20 +16,15 @@ Rerunning skips the runs already in results.csv.  --dry_run prints the
 commands and the table with params and multiplies only, and trains nothing.
 Bad arguments exit with status 2 and one message on stderr.
 """
-import argparse
 import sys
+
+from mtf_talking_heads import commands
 
 PROG = "mtf_th sweep"
 
 
-class _UsageError(Exception):
-  pass
-
-
-class _Parser(argparse.ArgumentParser):
-
-  def error(self, message):
-    raise _UsageError(message)
+_UsageError = commands.UsageError
+_Parser = commands.ArgumentParser
 
 
 def _build_parser():

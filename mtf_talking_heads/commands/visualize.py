@@ -11,20 +11,15 @@ abs_det, min_singular, max_singular, diag_to_offdiag) to --output_dir
 diagonal-to-off-diagonal table.  A checkpoint
 without P_l / P_w (multi-head) is an error (exit status 2).
 """
-import argparse
 import sys
+
+from mtf_talking_heads import commands
 
 PROG = "mtf_th visualize"
 
 
-class _UsageError(Exception):
-  pass
-
-
-class _Parser(argparse.ArgumentParser):
-
-  def error(self, message):
-    raise _UsageError(message)
+_UsageError = commands.UsageError
+_Parser = commands.ArgumentParser
 
 
 def _build_parser():
