@@ -25,8 +25,6 @@ setuptools.setup(
     version="0.1.0",
     description="Talking-Heads Attention on named Mesh-TensorFlow dimensions",
     packages=setuptools.find_packages(include=["mtf_talking_heads", "mtf_talking_heads.*"]),
-    package_data={"mtf_talking_heads": ["gin/**/*.gin", "gin/*.gin"]},
-    include_package_data=True,
     python_requires=">=3.11,<3.12",
     install_requires=INSTALL_REQUIRES,
     extras_require={"test": ["pytest==8.3.4", "pytest-timeout==2.3.1"]},
