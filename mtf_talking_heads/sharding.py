@@ -25,8 +25,15 @@ costs; P = size of the mesh axis, S = elements of one tensor):
                   all-to-all + local sum, i.e. reduce-scatters), O goes back.
                   Needs length % P == 0.  Every n x m x heads slice is 1/P.
   BatchSplit      Q, K, V go heads-split -> batch-split (all-to-all), O goes
-                  back: 4 all-to-alls of b n h d_k / P^2 per device each way.
-                  Needs batch % P == 0 (per group of the other mesh axes).
+                  back: 4 all-to-alls, (P-1)/P^2 b n h d_k per device each,
+                  forward and backward.  Needs batch % P == 0 (per group of
+                  the other mesh axes).
+
+All of them compute the core with ordered_core: the paper's J, L, W, U, O
+with the n x m x heads tensors heads-major, the projections as batched
+matmuls with P-first gradients (project_heads) and a fused softmax
+(softmax_last); HeadsParallel(ordered=False) keeps attention.attention_core
+as the paper lays it out, the reference the tests compare with.
 
 The split strategies read the layout from ``context.model.layout`` and
 ``context.model.mesh_shape`` (t5's utils.build_model and the test harness
@@ -337,7 +344,7 @@ class HeadsParallel(Strategy):
 
   def core(self, context, dims, q, k, v, memory_length, p_l, p_w, dynamic_l,
            dynamic_w, bias, dropout_fn):
-    """Returns O[..., n, h_v, d_v] (see attention.attention_core)."""
+    """Returns O[..., n, h_v, d_v] (dims in any order; Y contracts by name)."""
     mesh = _model_layout(context)
     if mesh is not None and _size_of(q, LENGTH) is not None:
       check_layout(dims, mesh, _size_of(q, BATCH) or 1, _size_of(q, LENGTH))
