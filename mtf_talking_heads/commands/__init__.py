@@ -1,5 +1,7 @@
 """The `mtf_th` subcommands (see cli.py); shared argument-parsing pieces."""
 import argparse
+import csv
+import io
 
 
 class UsageError(Exception):
@@ -12,3 +14,21 @@ class ArgumentParser(argparse.ArgumentParser):
 
   def error(self, message):
     raise UsageError(message)
+
+
+def format_table(columns, rows, fmt, text_columns=("variant",)):
+  """Rows as CSV (fmt="csv") or a markdown table (fmt="md").
+
+  Markdown right-aligns every column except those in `text_columns`.
+  """
+  if fmt == "md":
+    lines = ["| " + " | ".join(columns) + " |",
+             "|" + "|".join("---" if c in text_columns else "---:"
+                            for c in columns) + "|"]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+  out = io.StringIO()
+  writer = csv.writer(out, lineterminator="\n")
+  writer.writerow(columns)
+  writer.writerows(rows)
+  return out.getvalue()

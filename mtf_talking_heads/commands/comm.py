@@ -18,8 +18,6 @@ see comm.default_layout); each strategy's own rules are appended.  Bad
 arguments, or a named strategy that cannot apply to the layout, exit with
 status 2 and one message on stderr.
 """
-import csv
-import io
 import sys
 
 from mtf_talking_heads import commands
@@ -66,18 +64,7 @@ def _build_parser(strategies, variants):
 
 
 def _format(columns, rows, fmt):
-  if fmt == "md":
-    lines = ["| " + " | ".join(columns) + " |",
-             "|" + "|".join("---" if c in ("variant", "strategy", "mesh_shape",
-                                           "layout") else "---:"
-                            for c in columns) + "|"]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-  out = io.StringIO()
-  writer = csv.writer(out, lineterminator="\n")
-  writer.writerow(columns)
-  writer.writerows(rows)
-  return out.getvalue()
+  return commands.format_table(columns, rows, fmt, text_columns=("variant", "strategy", "mesh_shape", "layout"))
 
 
 def main(argv=None):

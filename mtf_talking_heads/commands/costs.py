@@ -12,8 +12,6 @@ extra columns paper_params,paper_multiplies,match; those rows are counted the
 paper's way (dynamic terms folded, see docs/costs.md).  Bad arguments exit
 with status 2 and one message on stderr.
 """
-import csv
-import io
 import sys
 
 from mtf_talking_heads import commands
@@ -71,17 +69,7 @@ def _variant_cell(variant, dynamic):
 
 
 def _format(columns, rows, fmt):
-  if fmt == "md":
-    lines = ["| " + " | ".join(columns) + " |",
-             "|" + "|".join("---" if c == "variant" else "---:"
-                            for c in columns) + "|"]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-  out = io.StringIO()
-  writer = csv.writer(out, lineterminator="\n")
-  writer.writerow(columns)
-  writer.writerows(rows)
-  return out.getvalue()
+  return commands.format_table(columns, rows, fmt, text_columns=("variant",))
 
 
 def _match_cell(result):
