@@ -127,8 +127,14 @@ class Harness(object):
 
   @property
   def counters(self):
-    """mtf's exact per-collective element counts for this lowering."""
-    return dict(self.lowering.counters)
+    """mtf's exact per-collective element counts, summed per counter name.
+
+    Lowering.counters is a list of (name, count) with repeated names.
+    """
+    totals = {}
+    for name, count in self.lowering.counters:
+      totals[name] = totals.get(name, 0) + count
+    return totals
 
   def variable_values(self):
     return self.session.run(self.variables)
