@@ -165,7 +165,11 @@ class Settings(object):
         raise ConfigError(
             "utils.run.mesh_shape is bound to %s, which only works on a TPU; "
             "on CPU set it to a shape, e.g. --gin_param=\"mesh_shape = "
-            "'model:4'\"" % raw_mesh.selector)
+            "'model:4'\". (mtf's defaults.gin binds it; gin/mtf_th.gin, "
+            "which every file in models/ and experiments/ includes, binds it "
+            "to the mesh_shape macro: did you give only attention/ or "
+            "*_tiny.gin files? Start --gin_file with a models/*_base.gin or "
+            "an experiments/ file.)" % raw_mesh.selector)
     else:
       try:
         self.mesh_shape = mtf.convert_to_shape(raw_mesh)
@@ -250,6 +254,9 @@ def check_settings(settings, description, num_devices=None):
             " or raise mtf_th.mesh_devices.max_cpu_devices"))
   # -- layout names dims of this model
   model_dims = set(dims) | set(models.MTF_GENERIC_DIMS)
+  for _, layer in models.attention_layers(description):
+    # a sharding strategy's own dims (e.g. core_shard of BatchSplit)
+    model_dims.update(name for name, _ in layer.strategy.layout_rules())
   for tensor_dim, mesh_dim in settings.layout._pairs:  # pylint: disable=protected-access
     if tensor_dim not in model_dims:
       close = difflib.get_close_matches(tensor_dim, sorted(dims), n=2)
@@ -284,13 +291,16 @@ def check_settings(settings, description, num_devices=None):
     for (layer_stack, layer) in models.attention_layers(description):
       del layer_stack
       heads = [d.name for d in layer.activation_heads()]
-      axes = [seen[h].name for h in set(heads) if h in seen]
-      if len(axes) != len(set(axes)):
-        raise ConfigError(
-            "layout %r maps two heads dims of one attention layer (%s) to "
-            "the same mesh dimension; mtf cannot split two dims of one tensor "
-            "over one mesh axis (P_l[heads_k, heads]). Split only `heads`."
-            % (settings.layout_string, ", ".join(sorted(set(heads)))))
+      # P_l[heads_k, heads] and P_w[heads, heads_v] hold two heads dims;
+      # heads_k and heads_v never meet in one tensor.
+      for a, b in zip(heads, heads[1:]):
+        if a != b and a in seen and b in seen and seen[a] == seen[b]:
+          raise ConfigError(
+              "layout %r maps heads dims %s and %s of one attention layer to "
+              "the same mesh dimension %s; mtf cannot split two dims of one "
+              "tensor (P_l[heads_k, heads], P_w[heads, heads_v]) over one "
+              "mesh axis. Split only `heads`, or heads_k and heads_v."
+              % (settings.layout_string, a, b, seen[a].name))
   # -- sequence lengths
   lengths = settings.sequence_length
   for key in ("inputs", "targets"):

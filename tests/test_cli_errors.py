@@ -45,7 +45,14 @@ CASES = {
                             ["'heads' (size 12)", "model:8"]),
     "two_heads_dims_one_axis": (T5, ["mesh_shape = 'model:2'",
                                      "layout = 'heads_k:model,heads:model'"],
-                                ["same mesh dimension", "heads_k"]),
+                                ["same mesh dimension", "heads_k", "heads"]),
+    "heads_and_heads_v_one_axis": (T5, ["mesh_shape = 'model:2'",
+                                        "layout = 'heads:model,heads_v:model'"],
+                                   ["same mesh dimension", "heads_v",
+                                    "P_w[heads, heads_v]"]),
+    "attention_file_without_model": (["attention/talking_heads.gin",
+                                      "models/t5_tiny.gin"], [],
+                                     ["tpu_mesh_shape", "models/*_base.gin"]),
     "targets_too_short": (T5, ["targets_length = 8"],
                           ["targets_length 8", "span corruption", "14"]),
     "aligned_lengths_differ": (BERT, ["targets_length = 32"],
@@ -75,6 +82,14 @@ for name, (files, params) in cases.items():
     out[name] = {"error": str(e), "model_dir_exists": os.path.exists(model_dir)}
   except Exception as e:
     out[name] = {"error": "UNEXPECTED %s: %s" % (type(e).__name__, e)}
+# Layouts that must pass the pre-flight checks (nothing is trained).
+for name, (files, params) in json.loads(sys.argv[3]).items():
+  try:
+    training.parse_gin(files, params)
+    training.preflight()
+    out[name] = {"error": None}
+  except Exception as e:
+    out[name] = {"error": "%s: %s" % (type(e).__name__, e)}
 print("JSON" + json.dumps(out))
 """
 
@@ -87,11 +102,31 @@ def outcomes(tmp_path_factory):
   cases = {name: (files, [p.replace("{empty}", str(empty)) for p in params])
            for name, (files, params, _) in CASES.items()}
   proc = subprocess.run(
-      [sys.executable, "-c", _SCRIPT, json.dumps(cases), str(tmp / "runs")],
+      [sys.executable, "-c", _SCRIPT, json.dumps(cases), str(tmp / "runs"),
+       json.dumps(ACCEPTED)],
       cwd=REPO, capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stderr[-3000:]
   line = [l for l in proc.stdout.splitlines() if l.startswith("JSON")][-1]
   return json.loads(line[4:])
+
+
+# name -> (gin files, gin params) that the checks must accept
+ACCEPTED = {
+    # a strategy's own dim (core_shard) and heads_k, heads_v on one axis
+    "batch_split_layout": (T5, [
+        "mesh_shape = 'model:2'",
+        "layout = 'heads_k:model,heads_v:model,core_shard:model'",
+        "mtf_th.TalkingHeadsAttention.strategy = @mtf_th.BatchSplit()"]),
+    "query_split_layout": (T5, [
+        "mesh_shape = 'model:2'",
+        "layout = 'batch:batch,heads_k:model,heads_v:model,core_shard:model'",
+        "mtf_th.TalkingHeadsAttention.strategy = @mtf_th.QuerySplit()"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ACCEPTED))
+def test_valid_layout_passes_the_checks(outcomes, name):
+  assert outcomes[name]["error"] is None, outcomes[name]
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
