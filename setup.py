@@ -1,5 +1,8 @@
 """mtf_talking_heads: Talking-Heads Attention (Shazeer et al. 2020) in Mesh-TensorFlow."""
+import os
+
 import setuptools
+from setuptools.command import build_py
 
 # Exact pins; README.md ("Why each pin") says why each one exists.  The full
 # transitive lock is requirements.lock (what `make` installs).
@@ -20,6 +23,21 @@ INSTALL_REQUIRES = [
     "matplotlib==3.9.4",
 ]
 
+
+class BuildPyWithGin(build_py.build_py):
+  """Copies the repository's gin/ into a wheel as mtf_talking_heads/gin.
+
+  A checkout or editable install reads <repo>/gin directly
+  (models.gin_dir()); a wheel has no <repo>, so it carries the files.
+  """
+
+  def run(self):
+    super().run()
+    if not getattr(self, "editable_mode", False):
+      self.copy_tree("gin", os.path.join(self.build_lib, "mtf_talking_heads",
+                                         "gin"))
+
+
 setuptools.setup(
     name="mtf_talking_heads",
     version="0.1.0",
@@ -28,5 +46,6 @@ setuptools.setup(
     python_requires=">=3.11,<3.12",
     install_requires=INSTALL_REQUIRES,
     extras_require={"test": ["pytest==8.3.4", "pytest-timeout==2.3.1"]},
+    cmdclass={"build_py": BuildPyWithGin},
     entry_points={"console_scripts": ["mtf_th=mtf_talking_heads.cli:main"]},
 )
