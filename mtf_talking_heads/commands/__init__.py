@@ -2,6 +2,7 @@
 import argparse
 import csv
 import io
+import sys
 
 
 class UsageError(Exception):
@@ -14,6 +15,18 @@ class ArgumentParser(argparse.ArgumentParser):
 
   def error(self, message):
     raise UsageError(message)
+
+
+def parse(parser, argv):
+  """parser.parse_args(argv), or an int exit status when there is nothing
+  to run: 0 after --help, 2 after printing a bad command line's message."""
+  try:
+    return parser.parse_args(argv)
+  except SystemExit as e:  # --help
+    return e.code or 0
+  except UsageError as e:
+    print("%s: error: %s" % (parser.prog, e), file=sys.stderr)
+    return 2
 
 
 def format_table(columns, rows, fmt, text_columns=("variant",)):

@@ -25,12 +25,10 @@ from mtf_talking_heads import commands
 PROG = "mtf_th comm"
 
 
-_UsageError = commands.UsageError
-_Parser = commands.ArgumentParser
 
 
 def _build_parser(strategies, variants):
-  parser = _Parser(
+  parser = commands.ArgumentParser(
       prog=PROG,
       description="mtf Lowering counters (all-reduce, all-to-all, "
       "all-gather elements), einsum replication, largest per-device "
@@ -74,13 +72,9 @@ def main(argv=None):
   from mtf_talking_heads import comm  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import compat  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import sharding  # pylint: disable=g-import-not-at-top
-  try:
-    args = _build_parser(sharding.STRATEGIES, comm.VARIANTS).parse_args(argv)
-  except SystemExit as e:  # --help
-    return e.code or 0
-  except _UsageError as e:
-    print("%s: error: %s" % (PROG, e), file=sys.stderr)
-    return 2
+  args = commands.parse(_build_parser(sharding.STRATEGIES, comm.VARIANTS), argv)
+  if isinstance(args, int):
+    return args
   try:
     config = comm.make_config(
         args.variant, args.heads, args.d_k, args.d_v, args.d_model,
@@ -105,7 +99,7 @@ def main(argv=None):
       rows.append(comm.row_cells(result))
     if not rows:
       raise ValueError("no strategy applies to this configuration")
-  except (_UsageError, ValueError) as e:
+  except (commands.UsageError, ValueError) as e:
     print("%s: error: %s" % (PROG, str(e).splitlines()[0]), file=sys.stderr)
     return 2
   sys.stdout.write(_format(comm.COLUMNS, rows, args.format))

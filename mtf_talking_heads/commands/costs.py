@@ -24,12 +24,10 @@ _CONFIG_FLAGS = ("variant", "dynamic", "heads_k", "heads", "heads_v", "d_k",
 _PAPER_COLUMNS = ("paper_params", "paper_multiplies", "match")
 
 
-_UsageError = commands.UsageError
-_Parser = commands.ArgumentParser
 
 
 def _build_parser():
-  parser = _Parser(
+  parser = commands.ArgumentParser(
       prog=PROG,
       description="Parameters and multiplies per attention layer, by the "
       "formulas of the Talking-Heads Attention paper (n = m = length, "
@@ -91,13 +89,13 @@ def _paper_rows(name):
 
 
 def _run(args):
-  """Returns the text to print; raises _UsageError or ValueError."""
+  """Returns the text to print; raises commands.UsageError or ValueError."""
   if args.paper_table:
     given = ["--" + f for f in _CONFIG_FLAGS if getattr(args, f) is not None]
     if args.fold_dynamic:
       given.append("--fold_dynamic")
     if given:
-      raise _UsageError(
+      raise commands.UsageError(
           "--paper_table prints the paper's own rows; drop %s"
           % " ".join(given))
     return _format(costs.COLUMNS + _PAPER_COLUMNS,
@@ -105,7 +103,7 @@ def _run(args):
   missing = ["--" + f for f in ("variant", "heads", "d_model", "length")
              if getattr(args, f) is None]
   if missing:
-    raise _UsageError(
+    raise commands.UsageError(
         "missing %s (or use --paper_table NAME)" % ", ".join(missing))
   terms = costs.attention_terms(
       args.variant, args.heads_k, args.heads, args.heads_v, args.d_k,
@@ -119,12 +117,12 @@ def _run(args):
 
 def main(argv=None):
   argv = list(sys.argv[1:] if argv is None else argv)
+  args = commands.parse(_build_parser(), argv)
+  if isinstance(args, int):
+    return args
   try:
-    args = _build_parser().parse_args(argv)
     text = _run(args)
-  except SystemExit as e:  # --help
-    return e.code or 0
-  except (_UsageError, ValueError) as e:
+  except (commands.UsageError, ValueError) as e:
     print("%s: error: %s" % (PROG, e), file=sys.stderr)
     return 2
   sys.stdout.write(text)

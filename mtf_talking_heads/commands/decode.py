@@ -9,14 +9,15 @@ Prints "input<TAB>output" lines (text decoded with the model's vocabulary);
 """
 import sys
 
+from mtf_talking_heads import commands
 from mtf_talking_heads.commands import train as train_command
 
 PROG = "mtf_th decode"
 
 
 def main(argv=None):
-  parser = train_command.Parser(prog=PROG,
-                                description=__doc__.splitlines()[0])
+  parser = commands.ArgumentParser(prog=PROG,
+                                    description=__doc__.splitlines()[0])
   train_command.add_common_flags(parser, "the trained model")
   parser.add_argument("--input", action="append", default=None,
                       help="a text to decode (repeatable)")

@@ -18,6 +18,7 @@ import shutil
 import sys
 import time
 
+from mtf_talking_heads import commands
 from mtf_talking_heads.commands import train as train_command
 
 PROG = "mtf_th demo"
@@ -100,8 +101,8 @@ def plot(results, path):
 
 
 def main(argv=None):
-  parser = train_command.Parser(prog=PROG,
-                                description=__doc__.splitlines()[0])
+  parser = commands.ArgumentParser(prog=PROG,
+                                    description=__doc__.splitlines()[0])
   parser.add_argument("--output_dir", default="demo_output")
   parser.add_argument("--train_steps", type=train_command.positive_int,
                       default=200)

@@ -10,6 +10,7 @@ mtf_th.evaluate_checkpoints.split (default "validation").
 """
 import sys
 
+from mtf_talking_heads import commands
 from mtf_talking_heads.commands import train as train_command
 
 PROG = "mtf_th eval"
@@ -24,18 +25,18 @@ def parse_steps(text):
   try:
     steps = [int(s) for s in text.split(",") if s.strip()]
   except ValueError:
-    raise train_command.UsageError(
+    raise commands.UsageError(
         "--checkpoint_steps must be comma-separated integers, 'all' or "
         "'latest', got %r" % text)
   if not steps or any(s < 0 for s in steps):
-    raise train_command.UsageError(
+    raise commands.UsageError(
         "--checkpoint_steps must list non-negative steps, got %r" % text)
   return steps
 
 
 def main(argv=None):
-  parser = train_command.Parser(prog=PROG,
-                                description=__doc__.splitlines()[0])
+  parser = commands.ArgumentParser(prog=PROG,
+                                    description=__doc__.splitlines()[0])
   train_command.add_common_flags(parser, "the trained model")
   parser.add_argument("--checkpoint_steps", default=None,
                       help="comma-separated steps, 'all' or 'latest' "
@@ -45,7 +46,7 @@ def main(argv=None):
   def body(args, training):
     try:
       steps = parse_steps(args.checkpoint_steps)
-    except train_command.UsageError as e:
+    except commands.UsageError as e:
       raise training.ConfigError(str(e))
     results = training.evaluate(args.model_dir, args.gin_file, args.gin_param,
                                 checkpoint_steps=steps, tpu=args.tpu,

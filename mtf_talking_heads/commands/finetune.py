@@ -12,14 +12,15 @@ Resumes like `mtf_th train`; never writes to the pre-trained directory.
 """
 import sys
 
+from mtf_talking_heads import commands
 from mtf_talking_heads.commands import train as train_command
 
 PROG = "mtf_th finetune"
 
 
 def main(argv=None):
-  parser = train_command.Parser(prog=PROG,
-                                description=__doc__.splitlines()[0])
+  parser = commands.ArgumentParser(prog=PROG,
+                                    description=__doc__.splitlines()[0])
   train_command.add_common_flags(parser, "the fine-tuned model")
   parser.add_argument("--pretrained_model_dir", required=True)
   parser.add_argument("--checkpoint_step", type=int, default=None)

@@ -23,12 +23,10 @@ from mtf_talking_heads import commands
 PROG = "mtf_th sweep"
 
 
-_UsageError = commands.UsageError
-_Parser = commands.ArgumentParser
 
 
 def _build_parser():
-  parser = _Parser(
+  parser = commands.ArgumentParser(
       prog=PROG,
       description="Sweep attention configurations like the paper's tables. "
       "See docs/sweeps.md.")
@@ -97,15 +95,15 @@ def _make_sweep(args, sweep):
   """Builds the Sweep from parsed arguments (ValueError on bad input)."""
   if args.paper_table and (args.grid or args.tie or args.variant
                            or args.dynamic):
-    raise _UsageError("--paper_table defines its own rows; drop --grid, "
+    raise commands.UsageError("--paper_table defines its own rows; drop --grid, "
                       "--tie, --variant and --dynamic")
   if not args.paper_table and not args.grid:
-    raise _UsageError("give --paper_table NAME, --grid KEY=V1,V2,... or "
+    raise commands.UsageError("give --paper_table NAME, --grid KEY=V1,V2,... or "
                       "--list_paper_tables")
   if args.rows and not args.paper_table:
-    raise _UsageError("--rows selects rows of a --paper_table")
+    raise commands.UsageError("--rows selects rows of a --paper_table")
   if not args.output_dir:
-    raise _UsageError("--output_dir is required")
+    raise commands.UsageError("--output_dir is required")
   if args.paper_table:
     rows = sweep.select_rows(sweep.paper_table_rows(args.paper_table),
                              args.rows)
@@ -133,15 +131,15 @@ def _make_sweep(args, sweep):
 def main(argv=None):
   argv = list(sys.argv[1:] if argv is None else argv)
   from mtf_talking_heads import sweep  # pylint: disable=g-import-not-at-top
+  args = commands.parse(_build_parser(), argv)
+  if isinstance(args, int):
+    return args
+  if args.list_paper_tables:
+    print("\n".join(sweep.paper_table_names()))
+    return 0
   try:
-    args = _build_parser().parse_args(argv)
-    if args.list_paper_tables:
-      print("\n".join(sweep.paper_table_names()))
-      return 0
     job = _make_sweep(args, sweep)
-  except SystemExit as e:  # --help
-    return e.code or 0
-  except (_UsageError, ValueError) as e:
+  except (commands.UsageError, ValueError) as e:
     print("%s: error: %s" % (PROG, e), file=sys.stderr)
     return 2
   if args.dry_run:

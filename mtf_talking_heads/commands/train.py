@@ -16,17 +16,10 @@ status 2 and one message, before any graph is built.
 import argparse
 import sys
 
+from mtf_talking_heads import commands
+
 PROG = "mtf_th train"
 
-
-class UsageError(Exception):
-  """Bad command-line arguments (exit status 2)."""
-
-
-class Parser(argparse.ArgumentParser):
-
-  def error(self, message):
-    raise UsageError(message)
 
 
 def add_common_flags(parser, model_dir_help="checkpoints and logs"):
@@ -61,11 +54,9 @@ def setup_logging(verbose):
 
 def run_command(prog, parser, argv, body):
   """Parses argv, runs body(args); ConfigError/usage errors -> status 2."""
-  try:
-    args = parser.parse_args(argv)
-  except UsageError as e:
-    print("%s: error: %s" % (prog, e), file=sys.stderr)
-    return 2
+  args = commands.parse(parser, argv)
+  if isinstance(args, int):
+    return args
   setup_logging(args.verbose)
   from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
   try:
@@ -91,7 +82,8 @@ positive_int = _positive_int
 
 
 def main(argv=None):
-  parser = Parser(prog=PROG, description=__doc__.splitlines()[0])
+  parser = commands.ArgumentParser(prog=PROG,
+                                    description=__doc__.splitlines()[0])
   add_common_flags(parser)
   parser.add_argument("--train_steps", type=positive_int, default=None,
                       help="train up to this global step")

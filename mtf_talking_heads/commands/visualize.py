@@ -18,12 +18,10 @@ from mtf_talking_heads import commands
 PROG = "mtf_th visualize"
 
 
-_UsageError = commands.UsageError
-_Parser = commands.ArgumentParser
 
 
 def _build_parser():
-  parser = _Parser(
+  parser = commands.ArgumentParser(
       prog=PROG,
       description="Draw the learned talking-heads projections of a "
       "checkpoint as in the paper's figure, and report their conditioning.")
@@ -38,13 +36,9 @@ def _build_parser():
 
 def main(argv=None):
   argv = list(sys.argv[1:] if argv is None else argv)
-  try:
-    args = _build_parser().parse_args(argv)
-  except SystemExit as e:  # --help
-    return e.code or 0
-  except _UsageError as e:
-    print("%s: error: %s" % (PROG, e), file=sys.stderr)
-    return 2
+  args = commands.parse(_build_parser(), argv)
+  if isinstance(args, int):
+    return args
   from mtf_talking_heads import visualize  # pylint: disable=g-import-not-at-top
   try:
     result = visualize.visualize(args.model_dir, args.output_dir)
