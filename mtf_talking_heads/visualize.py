@@ -9,7 +9,8 @@ reports about conditioning ("magnitude of determinant above 1e-9 with
 smallest eigenvalue above 1e-3" for BERT): each matrix's |det| and smallest
 singular value, and, for its remark that the diagonals are not larger than
 the other entries, the ratio of mean |diagonal| to mean |off-diagonal|
-entry.
+entry.  Given a baseline checkpoint (e.g. the initialisation, model.ckpt-0),
+it also reports how far training moved each matrix.
 
 Only the checkpoint is read (tf.train.load_checkpoint), no graph is built, so
 any model whose attention layers name their variables ``.../p_l`` and
@@ -37,7 +38,8 @@ import numpy as np
 P_L, P_W = "p_l", "p_w"
 MATRICES = ("P_l", "P_w", "P_l x P_w")
 STATS_COLUMNS = ("layer", "matrix", "rows", "cols", "max_abs", "abs_det",
-                 "min_singular", "max_singular", "diag_to_offdiag")
+                 "min_singular", "max_singular", "diag_to_offdiag",
+                 "change")
 
 LayerProjections = collections.namedtuple(
     "LayerProjections", ["layer", "p_l", "p_w"])
@@ -177,13 +179,39 @@ def matrix_stats(matrix):
       diag_to_offdiag=ratio)
 
 
-def projection_stats(layers):
-  """One dict per (layer, matrix) with STATS_COLUMNS as keys."""
+def relative_change(matrix, baseline):
+  """||matrix - baseline||_F / ||baseline||_F: how far training moved it."""
+  return float(np.linalg.norm(matrix - baseline) / np.linalg.norm(baseline))
+
+
+def projection_stats(layers, baseline_layers=None):
+  """One dict per (layer, matrix) with STATS_COLUMNS as keys.
+
+  Args:
+    layers: [LayerProjections] (read_projections).
+    baseline_layers: optional [LayerProjections] of another checkpoint of
+      the same model, e.g. its initialisation (model.ckpt-0); fills "change"
+      with relative_change(matrix, its baseline).  None: "change" is None.
+  Raises:
+    ValueError: if the baseline lacks a layer or a matrix has another shape.
+  """
+  base = {l.layer: layer_matrices(l) for l in baseline_layers or ()}
   rows = []
   for layer in layers:
     for name, matrix in layer_matrices(layer).items():
-      if matrix is not None:
-        rows.append(dict(layer=layer.layer, matrix=name, **matrix_stats(matrix)))
+      if matrix is None:
+        continue
+      change = None
+      if baseline_layers is not None:
+        before = base.get(layer.layer, {}).get(name)
+        if before is None or before.shape != matrix.shape:
+          raise ValueError(
+              "baseline has no %s %s of shape %s: pass a checkpoint of the "
+              "same model (e.g. <model_dir>/model.ckpt-0)"
+              % (layer.layer, name, matrix.shape))
+        change = relative_change(matrix, before)
+      rows.append(dict(layer=layer.layer, matrix=name, change=change,
+                       **matrix_stats(matrix)))
   return rows
 
 
@@ -206,13 +234,16 @@ def write_stats_csv(rows, path):
 
 def format_stats(rows):
   """The stats as an aligned text table (what `mtf_th visualize` prints)."""
+  with_change = any(row.get("change") is not None for row in rows)
   header = ("layer", "matrix", "shape", "|det|", "min singular",
-            "|diag|/|offdiag|")
+            "|diag|/|offdiag|") + (("change",) if with_change else ())
   lines = [[row["layer"], row["matrix"], "%dx%d" % (row["rows"], row["cols"]),
             "n/a" if row["abs_det"] is None else "%.3e" % row["abs_det"],
             "%.3e" % row["min_singular"],
             "n/a" if row["diag_to_offdiag"] is None
-            else "%.2f" % row["diag_to_offdiag"]] for row in rows]
+            else "%.2f" % row["diag_to_offdiag"]]
+           + (["%.3f" % row["change"]] if with_change else [])
+           for row in rows]
   widths = [max(len(r[i]) for r in [header] + lines)
             for i in range(len(header))]
   fmt = "  ".join("%%-%ds" % w for w in widths)
@@ -275,13 +306,16 @@ def plot_projections(layers, path, title=None):
   plt.close(fig)
 
 
-def visualize(model_dir, output_dir=None):
+def visualize(model_dir, output_dir=None, baseline=None):
   """Reads the latest checkpoint, writes the figure and the stats CSV.
 
   Args:
     model_dir: a training directory or a checkpoint prefix.
     output_dir: where to write projections.png and projections.csv
       (default: model_dir, or the prefix's directory).
+    baseline: optional checkpoint (prefix or directory) of the same model,
+      e.g. <model_dir>/model.ckpt-0; the stats then say how far each matrix
+      moved from it ("change" = ||P - P_0||_F / ||P_0||_F).
 
   Returns:
     dict(checkpoint, png, csv, stats) where stats are projection_stats rows.
@@ -294,7 +328,8 @@ def visualize(model_dir, output_dir=None):
     output_dir = model_dir if os.path.isdir(model_dir) else os.path.dirname(
         model_dir)
   os.makedirs(output_dir, exist_ok=True)
-  stats = projection_stats(layers)
+  baseline_layers = read_projections(baseline)[1] if baseline else None
+  stats = projection_stats(layers, baseline_layers)
   png = os.path.join(output_dir, "projections.png")
   csv_path = os.path.join(output_dir, "projections.csv")
   plot_projections(layers, png, title=path)

@@ -173,3 +173,37 @@ def test_missing_checkpoint_names_model_dir(tmp_path):
   with pytest.raises(ValueError, match=r"^model_dir=.* neither a directory"):
     visualize.read_projections(str(tmp_path / "nope" / "model.ckpt-5"))
 
+
+
+def test_baseline_change_is_relative_frobenius_distance(th_checkpoint,
+                                                         tmp_path, capsys):
+  model_dir, variables = th_checkpoint
+  # The baseline: every projection halved, so P - P_0 = P_0 and change = 1
+  # (P_l x P_w, a product of two halved matrices, is a quarter: change 3).
+  baseline_dir = str(tmp_path / "init")
+  _write_checkpoint(baseline_dir, {
+      k: v / 2 if k.endswith(("/p_l", "/p_w")) else v
+      for k, v in variables.items() if k != "global_step"}, step=0)
+  out = tmp_path / "pictures"
+  assert cli.main(["visualize", "--model_dir", model_dir, "--output_dir",
+                   str(out), "--baseline",
+                   os.path.join(baseline_dir, "model.ckpt-0")]) == 0
+  assert "change" in capsys.readouterr().out
+  with open(out / "projections.csv") as f:
+    rows = list(csv.DictReader(f))
+  for r in rows:
+    expected = 3.0 if r["matrix"] == "P_l x P_w" else 1.0
+    assert float(r["change"]) == pytest.approx(expected, rel=1e-6), r
+  # Without a baseline the column is empty; against itself it is 0.
+  same = visualize.visualize(model_dir, str(tmp_path / "same"), model_dir)
+  assert all(r["change"] == 0.0 for r in same["stats"])
+  plain = visualize.visualize(model_dir, str(tmp_path / "plain"))
+  assert all(r["change"] is None for r in plain["stats"])
+
+
+def test_baseline_of_another_model_is_a_clear_error(th_checkpoint, tmp_path):
+  model_dir, _ = th_checkpoint
+  other = str(tmp_path / "other")
+  _write_checkpoint(other, {ENC0 + "/p_l": np.eye(3)})
+  with pytest.raises(ValueError, match="baseline has no .*model.ckpt-0"):
+    visualize.visualize(model_dir, str(tmp_path / "o"), other)

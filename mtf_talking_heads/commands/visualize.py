@@ -1,14 +1,17 @@
 """Heatmaps of every layer's learned P_l, P_w, P_l x P_w, with |det| and smallest singular value.
 
   mtf_th visualize --model_dir /tmp/th_run [--output_dir /tmp/pictures]
+      [--baseline /tmp/th_run/model.ckpt-0]
 
 Reads the latest checkpoint in --model_dir (or a checkpoint prefix such as
 /tmp/th_run/model.ckpt-1000), writes projections.png (the paper's figure: one
 row per attention layer, columns P_l, P_w and P_l x P_w, each divided by its
 largest |entry|) and projections.csv (layer, matrix, rows, cols, max_abs,
-abs_det, min_singular, max_singular, diag_to_offdiag) to --output_dir
-(default: the model dir), and prints the |det| / smallest-singular-value /
-diagonal-to-off-diagonal table.  A checkpoint
+abs_det, min_singular, max_singular, diag_to_offdiag, change) to
+--output_dir (default: the model dir), and prints the |det| /
+smallest-singular-value / diagonal-to-off-diagonal table.  With --baseline
+(e.g. the initial checkpoint) `change` is ||P - P_baseline||_F /
+||P_baseline||_F, how far training moved each matrix.  A checkpoint
 without P_l / P_w (multi-head) is an error (exit status 2).
 """
 import sys
@@ -31,6 +34,10 @@ def _build_parser():
   parser.add_argument("--output_dir",
                       help="where projections.png / projections.csv go "
                       "(default: --model_dir)")
+  parser.add_argument("--baseline", metavar="CHECKPOINT",
+                      help="another checkpoint of the same model, e.g. "
+                      "MODEL_DIR/model.ckpt-0 (the initialisation): adds the "
+                      "column change = ||P - P_baseline|| / ||P_baseline||")
   return parser
 
 
@@ -41,7 +48,8 @@ def main(argv=None):
     return args
   from mtf_talking_heads import visualize  # pylint: disable=g-import-not-at-top
   try:
-    result = visualize.visualize(args.model_dir, args.output_dir)
+    result = visualize.visualize(args.model_dir, args.output_dir,
+                                 args.baseline)
   except ValueError as e:
     print("%s: error: %s" % (PROG, e), file=sys.stderr)
     return 2
