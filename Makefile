@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all demo test test-all venv clean
+.PHONY: all demo test test-fast venv clean
 
 all: test
 
@@ -25,12 +25,14 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/mtf_th demo
 
-# The whole suite except tests marked slow (they run with `make test-all`).
+# The whole suite (what CI runs): about 20 minutes on 2 cores.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS) tests
-
-test-all: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
+
+# The quick loop while developing: every test except those marked slow
+# (the full sharding matrices, the real sweep, fine-tuning, stock t5 script).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS) tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -99,9 +99,9 @@ def test_decoder_self_attention(variant):
   assert len(np.unique(decoded)) > 1, decoded
 
 
-# In `make test`: these three cover every code path of the encoder-attention
-# layers (the cached constant K, V, R_Ml, R_Mw; GBMA's cached M); the other
-# variants differ only in their dims and run with `make test-all`.
+# In `make test-fast` too: these three cover every code path of the
+# encoder-attention layers (the cached constant K, V, R_Ml, R_Mw; GBMA's
+# cached M); the other variants differ only in their dims and are marked slow.
 # mtf's enc-dec relative position bias needs gin bindings of its span-based
 # relative positions (relative_position_spans.num_sentinels), so the
 # relative-bias variant is checked in decoder self-attention only.

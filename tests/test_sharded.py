@@ -12,7 +12,7 @@ first accepted by validation.check_layers, so these runs are also positive
 cases of the pre-graph checks.
 
 The full matrix (64 sharded runs, about 11 CPU-minutes) is marked slow; the cases
-in FAST run in `make test`.
+in FAST run in `make test-fast` too.
 """
 import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 from mesh_tensorflow.transformer import transformer_layers
@@ -44,7 +44,7 @@ MESHES = {
     "model8": ("model:8", ""),
     "batch2xmodel4": ("batch:2;model:4", "batch:batch"),
 }
-# representative subset for `make test`: every model, each heads dim, d_ff,
+# representative subset for `make test-fast`: every model, each heads dim, d_ff,
 # vocab, every mesh size incl. model:8 and batch x model
 FAST = {
     "th-heads_k-model4", "th-heads-batch2xmodel4", "mha-heads-model8",

@@ -6,7 +6,7 @@
    built with HeadsParallel(ordered=False), i.e. attention.attention_core
    exactly as the paper lays it out: loss, logits, every gradient, and after
    one SGD step every weight, loss and logits.  A representative subset
-   (each strategy, each mesh, each model at least once) runs in `make test`;
+   (each strategy, each mesh, each model at least once) runs in `make test-fast`;
    the full matrix is slow.  8-device meshes are built with
    comm.PointToPointMeshImpl (mtf's point-to-point all-to-all: the same mtf
    graph, half the build time); smaller ones with mtf's default ring.
