@@ -1005,10 +1005,11 @@ class Sweep(object):
     cpu = sum(s["cpu"] or 0.0 for s in summary)
     title = (table_caption(self.table, self.gin_dir)
              if self.table in paper_table_names(self.gin_dir) else self.table)
-    header = ("# Sweep `%s`: %s, %s scale\n\n%d seeds per row, %d training "
+    header = ("# Sweep `%s`: %s, %s scale\n\n%d seed%s per row, %d training "
               "steps; %d of %d runs recorded (wall %s, CPU %s); every run in "
               "`results.csv`, run directories in `runs/`.\n\n"
-              % (self.table, title, self.scale, self.seeds, self.train_steps,
+              % (self.table, title, self.scale, self.seeds,
+                 "" if self.seeds == 1 else "s", self.train_steps,
                  runs, len(self.rows) * self.seeds,
                  progress.format_seconds(wall), progress.format_seconds(cpu)))
     with open(path, "w") as f:
