@@ -95,11 +95,11 @@ def _make_sweep(args, sweep):
   """Builds the Sweep from parsed arguments (ValueError on bad input)."""
   if args.paper_table and (args.grid or args.tie or args.variant
                            or args.dynamic):
-    raise commands.UsageError("--paper_table defines its own rows; drop --grid, "
-                      "--tie, --variant and --dynamic")
+    raise commands.UsageError("--paper_table defines its own rows; drop "
+                              "--grid, --tie, --variant and --dynamic")
   if not args.paper_table and not args.grid:
-    raise commands.UsageError("give --paper_table NAME, --grid KEY=V1,V2,... or "
-                      "--list_paper_tables")
+    raise commands.UsageError("give --paper_table NAME, --grid KEY=V1,V2,... "
+                              "or --list_paper_tables")
   if args.rows and not args.paper_table:
     raise commands.UsageError("--rows selects rows of a --paper_table")
   if not args.output_dir:
