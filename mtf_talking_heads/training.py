@@ -52,6 +52,7 @@ from mtf_talking_heads import compat
 from mtf_talking_heads import layers  # pylint: disable=unused-import  (gin classes)
 from mtf_talking_heads import models
 from mtf_talking_heads import progress
+from mtf_talking_heads import validation
 
 DEFAULT_MAX_CPU_DEVICES = 64
 _TRAIN_FN = "mtf_th.train_model"
@@ -288,19 +289,20 @@ def check_settings(settings, description, num_devices=None):
             "%s is not divisible by mesh dimension %s:%d (layout %s:%s): %s."
             % (what, axis.name, axis.size, name, axis.name, fix))
       seen[name] = axis
-    for (layer_stack, layer) in models.attention_layers(description):
-      del layer_stack
-      heads = [d.name for d in layer.activation_heads()]
-      # P_l[heads_k, heads] and P_w[heads, heads_v] hold two heads dims;
-      # heads_k and heads_v never meet in one tensor.
-      for a, b in zip(heads, heads[1:]):
-        if a != b and a in seen and b in seen and seen[a] == seen[b]:
-          raise ConfigError(
-              "layout %r maps heads dims %s and %s of one attention layer to "
-              "the same mesh dimension %s; mtf cannot split two dims of one "
-              "tensor (P_l[heads_k, heads], P_w[heads, heads_v]) over one "
-              "mesh axis. Split only `heads`, or heads_k and heads_v."
-              % (settings.layout_string, a, b, seen[a].name))
+    # Two dims of one attention tensor (e.g. P_l[heads_k, heads]) on one
+    # mesh axis: validation checks every weight and activation of the layer.
+    # (Sequence lengths are checked below; here they only size tensors.)
+    lengths = [v for v in settings.sequence_length.values()
+               if isinstance(v, int) and v > 0] or [1]
+    for (_, layer) in models.attention_layers(description):
+      try:
+        validation.check_layers(
+            [layer], dims["d_model"], mesh, settings.layout, dims["batch"],
+            dims.get("length") or lengths[-1],
+            memory_length=dims.get("memory_length") or lengths[0],
+            strict=False)
+      except ValueError as e:
+        raise ConfigError("%s (layout %r)" % (e, settings.layout_string))
   # -- sequence lengths
   lengths = settings.sequence_length
   for key in ("inputs", "targets"):
