@@ -10,7 +10,8 @@ Every row x seed is one training run through the training machinery: the
 ``mtf_th train`` and ``mtf_th eval`` commands, each in its own process (a
 crash or a kill costs one run, never the sweep).  A run is finished when its
 line is in ``<output_dir>/results.csv``; rerunning the same sweep skips
-finished runs and restarts the one that was in flight.  After every run the
+finished runs and continues the one that was in flight from its last
+checkpoint.  After every run the
 markdown table in the paper's layout (``results.md``) is rewritten, and at
 the end the plots (``plot_heads.png``, ``plot_loss.png``,
 ``plot_step_time.png``).
@@ -38,18 +39,35 @@ import os
 import re
 import resource
 import shlex
-import shutil
 import subprocess
 import sys
 import time
 
 from gin import config_parser
 
+from mtf_talking_heads import comparison
 from mtf_talking_heads import costs
-from mtf_talking_heads import models
-from mtf_talking_heads import progress
+from mtf_talking_heads import gin_paths
 
-GIN_DIR = models.gin_dir()
+
+class _LazyModule(object):
+  """A module imported at its first attribute access.
+
+  progress.py imports TensorFlow; `mtf_th sweep --list_paper_tables` and the
+  plan of `--dry_run` must not pay for it.
+  """
+
+  def __init__(self, name):
+    self._name = name
+
+  def __getattr__(self, attr):
+    import importlib  # pylint: disable=g-import-not-at-top
+    return getattr(importlib.import_module(self._name), attr)
+
+
+progress = _LazyModule("mtf_talking_heads.progress")
+
+GIN_DIR = gin_paths.gin_dir()
 EXPERIMENTS = "experiments"
 
 # The macros every experiment file defines (docs/gin_guide.md).
@@ -58,8 +76,13 @@ ROW_MACROS = ("row_label", "variant", "heads_k", "heads", "heads_v", "d_k",
 VARIANTS = ("multi_head", "talking_heads", "project_logits",
             "project_weights", "general_bilinear", "dynamic_projections")
 PLACEMENTS = ("all", "enc_self", "dec_self", "encdec")
-SCALES = ("tiny", "base")
-MODELS = ("t5", "bert", "albert")
+SCALES = ("tiny", "small", "base")
+# t5, bert, albert: the paper's models (models/<m>_base.gin, shrunk for CPU
+# by models/<m>_tiny.gin).  lm, encdec: small models in the paper's regime
+# (models/<m>_small.gin, h * d_k = d_model; shrunk for tests by
+# models/<m>_tiny.gin); their tables run at scale "small".
+MODELS = ("t5", "bert", "albert", "lm", "encdec")
+SMALL_MODELS = ("lm", "encdec")
 DIMS = ("heads_k", "heads", "heads_v", "d_k", "d_v")
 GRID_KEYS = ("variant",) + DIMS
 PAPER_LENGTH = costs.PAPER_LENGTH
@@ -75,6 +98,7 @@ RESULTS_CSV = "results.csv"
 RESULTS_MD = "results.md"
 MANIFEST = "sweep.json"
 PLOTS = ("plot_heads.png", "plot_loss.png", "plot_step_time.png")
+CURVES_PLOT = "plot_curves.png"  # held-out ln(PPL) vs steps and vs seconds
 RESULT_COLUMNS = (
     "table", "row", "row_label", "variant", "heads_k", "heads", "heads_v",
     "d_k", "d_v", "dynamic", "placement", "scale", "seed", "early_step",
@@ -484,7 +508,8 @@ def grid_rows(grid, ties=None, variant=None, dynamic=(), placement="all",
     variant: the variant when "variant" is not a grid key.
     dynamic: dynamic-projection terms (variant dynamic_projections).
     placement: where the variant goes (multi-head elsewhere).
-    model: t5, bert or albert (gin/models/<model>_base.gin).
+    model: t5, bert or albert (gin/models/<model>_base.gin), or lm or
+      encdec (gin/models/<model>_small.gin; run them at scale "small").
     gin_dir: the gin root.
 
   Returns:
@@ -553,7 +578,8 @@ def grid_rows(grid, ties=None, variant=None, dynamic=(), placement="all",
       row_dynamic = tuple(costs.DYNAMIC_TERMS)
     if row_dynamic and row_dynamic != tuple(costs.DYNAMIC_TERMS):
       name += "_" + "_".join(row_dynamic)
-    gin_files = ["models/%s_base.gin" % model, _attention_file(v)]
+    size = "small" if model in SMALL_MODELS else "base"
+    gin_files = ["models/%s_%s.gin" % (model, size), _attention_file(v)]
     gin_params = ["%s = %d" % (d, values[d]) for d in DIMS
                   if not (v == "general_bilinear" and d in ("d_k", "d_v"))]
     if v == "dynamic_projections":
@@ -602,25 +628,42 @@ def _tie_order(ties, grid):
 # ---------------------------------------------------------------------------
 # Scale and costs.
 
-def model_of(row, gin_dir=GIN_DIR):
-  """'t5', 'bert' or 'albert': which models/<m>_base.gin the row includes."""
+def model_and_size(row, gin_dir=GIN_DIR):
+  """(model, size): which models/<model>_<size>.gin the row includes, size
+  "base" (the paper's models) or "small" (the small-regime models)."""
   config = GinConfig(row.gin_files, row.gin_params, gin_dir=gin_dir)
-  found = [m for m in MODELS if "models/%s_base.gin" % m in config.includes]
+  found = [(m, size) for m in MODELS for size in ("base", "small")
+           if "models/%s_%s.gin" % (m, size) in config.includes]
   if len(found) != 1:
     raise ValueError("row %s: cannot tell its model (it should include "
-                     "exactly one of %s)" % (row.name, ", ".join(
-                         "models/%s_base.gin" % m for m in MODELS)))
+                     "exactly one of models/{%s}_base.gin or "
+                     "models/{lm,encdec}_small.gin)"
+                     % (row.name, ",".join(MODELS[:3])))
   return found[0]
 
 
+def model_of(row, gin_dir=GIN_DIR):
+  """'t5', 'bert', 'albert', 'lm' or 'encdec' (see model_and_size)."""
+  return model_and_size(row, gin_dir)[0]
+
+
 def scale_files(row, scale, gin_dir=GIN_DIR):
-  """The gin files that put `row` at `scale` (after the row's own files)."""
+  """The gin files that put `row` at `scale` (after the row's own files).
+
+  A row of a paper-size model runs at "base" (its own files) or "tiny"; a
+  row of a small-regime model at "small" (its own files) or "tiny".
+  """
   if scale not in SCALES:
     raise ValueError("scale=%r is unknown; choose from %s"
                      % (scale, ", ".join(SCALES)))
-  if scale == "base":
-    return ()
-  return ("models/%s_tiny.gin" % model_of(row, gin_dir),)
+  model, size = model_and_size(row, gin_dir)
+  if scale == "tiny":
+    return ("models/%s_tiny.gin" % model,)
+  if scale != size:
+    raise ValueError("row %s is a %s model (models/%s_%s.gin): use --scale "
+                     "%s or tiny, not %s" % (row.name, size, model, size,
+                                             size, scale))
+  return ()
 
 
 def _cost_args(row, d_model):
@@ -771,14 +814,15 @@ class Sweep(object):
     if eval_steps is None:
       eval_steps = [max(1, train_steps // EARLY_FRACTION), train_steps]
     eval_steps = list(eval_steps)
-    if len(eval_steps) != 2:
-      raise ValueError("eval_steps=%r: give two steps, an early one and the "
-                       "last (like the paper's 65536,524288)" % (eval_steps,))
+    if len(eval_steps) < 2:
+      raise ValueError("eval_steps=%r: give at least two steps, an early one "
+                       "and the last (like the paper's 65536,524288); more "
+                       "give each run a held-out curve" % (eval_steps,))
     for s in eval_steps:
       _positive_int(s, "eval_steps", "sweep")
-    if not eval_steps[0] < eval_steps[1]:
+    if any(a >= b for a, b in zip(eval_steps, eval_steps[1:])):
       raise ValueError("eval_steps=%r must be ascending" % (eval_steps,))
-    if eval_steps[1] != train_steps:
+    if eval_steps[-1] != train_steps:
       raise ValueError("eval_steps=%r: the last must equal train_steps=%d"
                        % (eval_steps, train_steps))
     return train_steps, tuple(eval_steps)
@@ -802,18 +846,31 @@ class Sweep(object):
     args += ["--gin_param", "train_steps = %d" % self.train_steps]
     return args
 
+  def train_gin(self, row, seed=1):
+    """(gin_files, gin_params) that the run's first `mtf_th train` parses.
+
+    Its --train_steps is included as the binding `mtf_th train` adds, so
+    training.parse_gin(*sweep.train_gin(row)) then training.preflight()
+    checks exactly what that command will check.
+    """
+    steps = self._train_segments(row)[0]
+    params = self.row_params(row, seed) + (
+        "train_steps = %d" % self.train_steps,
+        "utils.run.train_steps = %d" % steps)
+    return list(self.row_files(row)), list(params)
+
   def _train_segments(self, row):
     """The --train_steps of each `mtf_th train` call of a run.
 
-    One call when the early eval step falls on a regular checkpoint
-    (save_checkpoints_steps divides it; every checkpoint is kept), else one
-    call per eval step (each call ends with a checkpoint).
+    One call when every eval step falls on a regular checkpoint
+    (save_checkpoints_steps divides it), else one call per eval step (each
+    call ends with a checkpoint).
     """
     every = self._configs[row.name].get("save_checkpoints_steps")
-    early, final = self.eval_steps
-    if isinstance(every, int) and every > 0 and early % every == 0:
-      return [final]
-    return [early, final]
+    if isinstance(every, int) and every > 0 and all(
+        s % every == 0 for s in self.eval_steps):
+      return [self.eval_steps[-1]]
+    return list(self.eval_steps)
 
   def commands(self, row, seed):
     """The argv lists (starting with "mtf_th") of one run, in order."""
@@ -852,7 +909,7 @@ class Sweep(object):
                   variant=row.variant, dynamic=",".join(row.dynamic),
                   placement=row.placement, scale=self.scale, seed=seed,
                   early_step=self.eval_steps[0],
-                  final_step=self.eval_steps[1],
+                  final_step=self.eval_steps[-1],
                   model_dir=self.model_dir(row, seed))
     record.update({d: getattr(row, d) for d in DIMS})
     if row.variant == "general_bilinear":  # no d_k, d_v of its own
@@ -906,11 +963,16 @@ class Sweep(object):
     self.log.flush()
 
   def _execute(self, run):
-    """Runs one row x seed from scratch; returns its record."""
-    if os.path.exists(run.model_dir):
-      shutil.rmtree(run.model_dir)  # a run killed in flight starts over
-    os.makedirs(run.model_dir)
+    """Runs one row x seed; returns its record.
+
+    A run stopped in flight (killed, machine stopped) continues from its
+    last checkpoint: `mtf_th train` resumes and skips the batches it has
+    seen, so the run follows the same curve as an uninterrupted one.  Wall
+    and CPU seconds add up over the pieces (RUN_TIME in the run directory).
+    """
+    os.makedirs(run.model_dir, exist_ok=True)
     log_path = os.path.join(run.model_dir, "sweep.log")
+    spent = _read_run_time(run.model_dir)
     start = time.time()
     cpu_start = _children_cpu_seconds()
     for argv in run.commands:
@@ -922,6 +984,8 @@ class Sweep(object):
         code = subprocess.call(argv, stdout=log, stderr=subprocess.STDOUT)
         log.write("# exit status %d after %.1f s\n" % (code,
                                                       time.time() - began))
+      _write_run_time(run.model_dir, spent, time.time() - start,
+                      _children_cpu_seconds() - cpu_start)
       if code != 0:
         with open(log_path) as log:
           tail = "".join(log.readlines()[-15:])
@@ -929,12 +993,11 @@ class Sweep(object):
             "run %s seed %d failed (exit status %d) in `%s`; log %s ends:\n%s"
             % (run.row.name, run.seed, code, " ".join(argv[:len(
                 self.launcher) + 1]), log_path, tail))
-    wall = time.time() - start
-    cpu = _children_cpu_seconds() - cpu_start
+    wall, cpu = _read_run_time(run.model_dir)
     record = self._row_record(run.row, run.seed)
     evals = read_eval_results(run.model_dir)
     for key, step in (("early_ln_ppl", self.eval_steps[0]),
-                      ("final_ln_ppl", self.eval_steps[1])):
+                      ("final_ln_ppl", self.eval_steps[-1])):
       if step not in evals:
         raise RuntimeError(
             "run %s seed %d: %s has no ln_ppl at step %d (has %s)"
@@ -971,7 +1034,7 @@ class Sweep(object):
                 "s; %.0f s (%.0f s CPU); ETA %s"
                 % (len(runs) - len(todo) + i + 1, len(runs), run.row.name,
                    run.seed, record["early_ln_ppl"], self.eval_steps[0],
-                   record["final_ln_ppl"], self.eval_steps[1],
+                   record["final_ln_ppl"], self.eval_steps[-1],
                    record["step_time_sec"], record["wall_sec"],
                    record["cpu_sec"], progress.format_seconds(eta)))
       self.write_table()
@@ -979,7 +1042,8 @@ class Sweep(object):
     self.write_plots()
     self._say("wrote %s" % ", ".join(
         os.path.join(self.output_dir, f)
-        for f in (RESULTS_CSV, RESULTS_MD) + PLOTS))
+        for f in (RESULTS_CSV, RESULTS_MD, comparison.COMPARISON_MD)
+        + PLOTS + (CURVES_PLOT,)))
     return self.summary()
 
   # ------------------------------------------------------------ reporting
@@ -1014,6 +1078,8 @@ class Sweep(object):
                  progress.format_seconds(wall), progress.format_seconds(cpu)))
     with open(path, "w") as f:
       f.write(header + self.markdown(summary))
+    comparison.write(self.output_dir, self.rows, self.seeds, self.model_dir,
+                     {r.name: r.label for r in self.rows})
 
   def write_plots(self):
     """plot_heads.png, plot_loss.png, plot_step_time.png in output_dir."""
@@ -1027,6 +1093,9 @@ class Sweep(object):
                           if os.path.isdir(self.model_dir(row, s))]
     plot_loss(summary, curves, paths[1], title=self.table)
     plot_step_time(summary, paths[2], title=self.table)
+    paths.append(comparison.plot_curves(
+        self.rows, self.seeds, self.model_dir,
+        os.path.join(self.output_dir, CURVES_PLOT), title=self.table))
     return paths
 
   def dry_run_text(self):
@@ -1042,6 +1111,27 @@ class Sweep(object):
     summary = summarize(self.rows, [], {r.name: self.cost_record(r)
                                         for r in self.rows})
     return "\n".join(lines) + "\n\n" + self.markdown(summary)
+
+
+RUN_TIME = "sweep_time.json"
+
+
+def _read_run_time(model_dir):
+  """(wall, cpu) seconds the sweep has spent on a run so far."""
+  path = os.path.join(model_dir, RUN_TIME)
+  if not os.path.exists(path):
+    return 0.0, 0.0
+  with open(path) as f:
+    data = json.load(f)
+  return float(data["wall_sec"]), float(data["cpu_sec"])
+
+
+def _write_run_time(model_dir, spent, wall, cpu):
+  """Records spent + (wall, cpu) of this invocation (atomic rename)."""
+  path = os.path.join(model_dir, RUN_TIME)
+  with open(path + ".tmp", "w") as f:
+    json.dump({"wall_sec": spent[0] + wall, "cpu_sec": spent[1] + cpu}, f)
+  os.replace(path + ".tmp", path)
 
 
 def _children_cpu_seconds():
@@ -1173,7 +1263,7 @@ def markdown_table(summary, eval_steps, d_models, cost_lengths, scale, seeds):
   std_note = " (std)" if seeds > 1 else ""
   header = ["", "h_k", "h", "h_v", "d_k", "d_v",
             "ln(PPL) %d steps%s" % (eval_steps[0], std_note),
-            "ln(PPL) %d steps%s" % (eval_steps[1], std_note),
+            "ln(PPL) %d steps%s" % (eval_steps[-1], std_note),
             "step time (s)", "params per att. layer",
             "multiplies per att. layer (%s)" % length_note]
 
@@ -1252,7 +1342,7 @@ def plot_heads(summary, eval_steps, path, title=""):
     heads = [s["row"].heads for s in items]
     color = colors[i % len(colors)]
     name = "%s (h·d_k=%d)" % (label, width)
-    for key, style, step in (("final", "-", eval_steps[1]),
+    for key, style, step in (("final", "-", eval_steps[-1]),
                              ("early", "--", eval_steps[0])):
       means = [s[key][0] for s in items]
       stds = [s[key][1] or 0.0 for s in items]

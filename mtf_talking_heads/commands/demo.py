@@ -1,17 +1,29 @@
-"""Train tiny multi-head and talking-heads T5s on CPU and compare them.
+"""Multi-head vs talking-heads attention on a small byte-level LM: held-out loss at equal steps and equal time.
 
-  mtf_th demo [--output_dir=demo_output] [--train_steps=N] [--mesh_shape=model:4]
+  mtf_th demo [--output_dir=demo_output] [--heads=32] [--train_steps=750]
+              [--eval_every=150] [--seed=1] [--fresh]
 
-What `make demo` runs.  On the embedded corpus (built, with its vocabulary,
-on first use), trains the tiny versions of two rows of the paper's Table 1
-(multi-head h = 24, d_k = d_v = 32 and talking-heads h_k = h = h_v = 24)
-on a model-parallel mesh of logical CPU devices (heads split over `model`),
-evaluates both on the held-out split, and prints a markdown table: ln(PPL),
-median step time, parameters and multiplies per attention layer
-(costs.attention_costs at the tiny d_model and n = m = inputs length).
-Writes <output_dir>/{multi_head,talking_heads}/ (checkpoints, logs),
-<output_dir>/results.md and <output_dir>/loss_curves.png.  A second run
-resumes (use --fresh to start over).
+What `make demo` runs.  Trains two rows of the small-regime heads table
+(gin/experiments/lm_heads: a decoder-only LM on the bytes of the embedded
+corpus, d_model 128, h * d_k = d_model, so 32 heads have d_k = d_v = 4):
+multi-head and talking-heads attention with the same number of heads and
+parameters, on one CPU device (a one-device mesh: no communication, the
+cheapest layout for either; multi-device sharding is in docs/sharding.md).
+Each run is evaluated on the held-out split every --eval_every steps, so
+each gives a curve; the demo then prints held-out ln(PPL) (nats per byte)
+
+  * at equal steps (both after --train_steps),
+  * at equal time (both after the cheaper run's training seconds, the other
+    curve read at the step it had reached by then),
+
+with each model's steps/s, and writes <output_dir>/demo.md (that table),
+<output_dir>/curves.png (held-out loss against steps and against seconds)
+and the sweep's files (results.csv, comparison.csv, runs/).  The runs are exactly those of
+`mtf_th sweep --paper_table lm_heads --scale small` (same gin, same seed,
+constant learning rate, so the first 750 steps do not depend on the
+sweep's longer schedule): docs/results.md has the same comparison over 3
+seeds, with standard errors.  A second invocation resumes (--fresh starts
+over).
 """
 import os
 import shutil
@@ -22,140 +34,150 @@ from mtf_talking_heads import commands
 from mtf_talking_heads.commands import train as train_command
 
 PROG = "mtf_th demo"
-ROWS = (
-    ("multi_head", "experiments/t5_heads/03_multi_head_24_32.gin"),
-    ("talking_heads", "experiments/t5_heads/07_talking_heads_24_32.gin"),
-)
-SCALE = "models/t5_tiny.gin"
+TABLE = "lm_heads"
+SCALE = "small"
 
 
-def _median(values):
-  values = sorted(values)
-  if not values:
-    return float("nan")
-  mid = len(values) // 2
-  return values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] +
-                                                     values[mid])
+def _rows(sweep, heads):
+  """The multi-head and talking-heads rows of TABLE with `heads` heads."""
+  rows = [r for r in sweep.paper_table_rows(TABLE) if r.heads == heads and
+          r.variant in ("multi_head", "talking_heads")]
+  if len(rows) != 2:
+    choices = sorted(set(r.heads for r in sweep.paper_table_rows(TABLE)))
+    raise commands.UsageError("--heads %d: gin/experiments/%s has no such "
+                              "rows; choose one of %s" % (heads, TABLE,
+                                                          choices))
+  return sorted(rows, key=lambda r: r.variant != "multi_head")
 
 
-def step_seconds(rows, skip=10):
-  """Median seconds per step, ignoring the first `skip` steps (start-up)."""
-  return _median([1.0 / r["steps_per_sec"] for r in rows
-                  if r["step"] > skip and r["steps_per_sec"] > 0])
+def _eval_steps(train_steps, every):
+  steps = list(range(every, train_steps, every)) + [train_steps]
+  if len(steps) < 2:
+    raise commands.UsageError(
+        "--eval_every %d must be below --train_steps %d (the demo needs a "
+        "curve of at least two points)" % (every, train_steps))
+  return steps
 
 
-def row_costs(training, models, costs, gin_files, gin_params):
-  """Macros and per-attention-layer costs of one configuration."""
-  training.parse_gin(gin_files, gin_params)
-  macros = {k: models.query(k) for k in ("row_label", "variant", "heads_k",
-                                         "heads", "heads_v", "d_k", "d_v",
-                                         "d_model", "inputs_length")}
-  c = costs.attention_costs(
-      macros["variant"], macros["heads_k"], macros["heads"],
-      macros["heads_v"], macros["d_k"], macros["d_v"],
-      d_model=macros["d_model"], length=macros["inputs_length"])
-  macros.update(params=c["params"], multiplies=c["multiplies"])
-  return macros
-
-
-def format_table(results):
-  """The side-by-side markdown table."""
+def report(job, comparison, summaries, elapsed, png):
+  """The demo's markdown: equal steps, equal time, steps/s, costs."""
+  mh, th = job.rows
+  records = {r["row"]: r for r in comparison.compare(
+      job.rows, job.seeds, job.model_dir)}
+  rec = records.get(th.name)
+  if rec is None:
+    return "no comparison: a run has no evaluations (see %s)" % job.output_dir
+  costs = {r.name: job.cost_record(r) for r in job.rows}
   lines = [
-      "| attention | h_k | h | h_v | d_k | d_v | steps | ln(PPL) held-out |"
-      " step time (s) | params per att. layer | multiplies per att. layer |",
-      "|---|---|---|---|---|---|---|---|---|---|---|"]
-  for r in results:
-    hk = "" if r["variant"] == "multi_head" else r["heads_k"]
-    hv = "" if r["variant"] == "multi_head" else r["heads_v"]
-    lines.append(
-        "| %s | %s | %s | %s | %s | %s | %d | %.3f | %.3f | %d | %.3e |" % (
-            r["row_label"], hk, r["heads"], hv, r["d_k"], r["d_v"], r["step"],
-            r["ln_ppl"], r["step_time"], r["params"], r["multiplies"]))
-  return "\n".join(lines)
-
-
-def plot(results, path):
-  """Training-loss curves (and held-out ln(PPL) points) to a PNG."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, ax = plt.subplots(figsize=(7, 4.5))
-  for r in results:
-    steps = [row["step"] for row in r["log"]]
-    losses = [row["loss"] for row in r["log"]]
-    window = max(1, len(losses) // 50)
-    smooth = [sum(losses[max(0, i - window + 1):i + 1]) /
-              len(losses[max(0, i - window + 1):i + 1])
-              for i in range(len(losses))]
-    line, = ax.plot(steps, smooth, label="%s (train loss)" % r["row_label"])
-    ax.plot([r["step"]], [r["ln_ppl"]], "o", color=line.get_color(),
-            label="%s held-out ln(PPL) %.3f" % (r["row_label"], r["ln_ppl"]))
-  ax.set_xlabel("step")
-  ax.set_ylabel("nats per token")
-  ax.set_title("tiny T5 on the embedded corpus: multi-head vs talking-heads")
-  ax.legend()
-  ax.grid(alpha=0.3)
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
+      "| attention | heads | d_k = d_v | params / att. layer | "
+      "multiplies / att. layer | steps/s | held-out ln(PPL) after %d steps "
+      "| held-out ln(PPL) after %.0f s of training |" % (
+          rec["final_step"], rec["equal_time_sec"]),
+      "|---|---:|---:|---:|---:|---:|---:|---:|"]
+  curves = {r.name: comparison.read_curve(job.model_dir(r, 1))
+            for r in job.rows}
+  for row in job.rows:
+    curve = curves[row.name]
+    steps_at_budget = rec["equal_time_sec"] / curve.step_time
+    at_time = curve.at_step(steps_at_budget)
+    lines.append("| %s | %d | %d | %d | %.3g | %.2f | %.3f | %.3f (step %d) |"
+                 % (row.label, row.heads, row.d_k, costs[row.name]["params"],
+                    costs[row.name]["multiplies"], 1.0 / curve.step_time,
+                    curve.at_step(rec["final_step"]), at_time,
+                    round(steps_at_budget)))
+  s = summaries[0]
+  verdict = ("talking heads is better" if rec["delta_equal_steps"] < 0
+             else "multi-head is better")
+  text = [
+      "# mtf_th demo: multi-head vs talking-heads attention, %d heads of "
+      "d_k = %d" % (mh.heads, mh.d_k), "",
+      "\n".join(lines), "",
+      "Δ (talking heads − multi-head): %+.3f nats/byte at equal steps "
+      "(%s), %s at equal time; talking heads takes %.2f× multi-head's time "
+      "per step." % (
+          rec["delta_equal_steps"], verdict,
+          "n/a" if rec["delta_equal_time"] is None else
+          "%+.3f" % rec["delta_equal_time"], s["step_time_ratio"]),
+      "Multi-head needs %s the steps (%s the time) to reach talking heads' "
+      "held-out loss%s." % (
+          "n/a" if rec["steps_multiplier"] is None else
+          "%.2f×" % rec["steps_multiplier"],
+          "n/a" if rec["time_multiplier"] is None else
+          "%.2f×" % rec["time_multiplier"],
+          "" if rec["multiplier_at_step"] in (None, rec["final_step"]) else
+          " at talking heads' step %d (it does not reach the final one)"
+          % rec["multiplier_at_step"]),
+      "",
+      "One seed. Whether this gap is larger than seed noise is measured in "
+      "docs/results.md (same runs, 3 seeds, standard errors, and the other "
+      "head counts).",
+      "Model: decoder-only byte LM (models/lm_small.gin), d_model 128, 2 "
+      "layers, length 128, batch 16, one CPU device; ln(PPL) = mean "
+      "cross-entropy in nats per byte of the held-out split; time = median "
+      "s/step × steps (graph building and evaluation excluded).",
+      "Wall time %.0f s. Curves: %s" % (elapsed, png), ""]
+  return "\n".join(text)
 
 
 def main(argv=None):
   parser = commands.ArgumentParser(prog=PROG,
                                     description=__doc__.splitlines()[0])
   parser.add_argument("--output_dir", default="demo_output")
+  parser.add_argument("--heads", type=train_command.positive_int, default=32,
+                      help="head count of both models (4, 8, 16 or 32)")
   parser.add_argument("--train_steps", type=train_command.positive_int,
-                      default=200)
-  parser.add_argument("--mesh_shape", default="model:4",
-                      help="mesh of logical CPU devices (heads:model)")
+                      default=750)
+  parser.add_argument("--eval_every", type=train_command.positive_int,
+                      default=150, help="held-out evaluation every N steps")
+  parser.add_argument("--seed", type=train_command.positive_int, default=1)
+  parser.add_argument("--scale", choices=("small", "tiny"), default=SCALE,
+                      help="small (default): models/lm_small.gin; tiny: "
+                      "models/lm_tiny.gin, for tests (seconds, no signal)")
   parser.add_argument("--fresh", action="store_true",
                       help="delete output_dir first")
   parser.add_argument("--verbose", action="store_true")
-  argv = sys.argv[1:] if argv is None else argv
-
-  def body(args, training):
-    from mtf_talking_heads import costs  # pylint: disable=g-import-not-at-top
-    from mtf_talking_heads import models  # pylint: disable=g-import-not-at-top
-    from mtf_talking_heads import progress  # pylint: disable=g-import-not-at-top
-    start = time.time()
-    if args.fresh and os.path.isdir(args.output_dir):
-      shutil.rmtree(args.output_dir)
-    os.makedirs(args.output_dir, exist_ok=True)
-    params = ["mesh_shape = %r" % args.mesh_shape,
-              "layout = 'heads:model,d_ff:model,vocab:model'",
-              "save_checkpoints_steps = %d" % args.train_steps,
-              "mtf_th.train_model.print_every_secs = 15"]
-    results = []
-    for name, experiment in ROWS:
-      gin_files = [experiment, SCALE]
-      model_dir = os.path.join(args.output_dir, name)
-      info = row_costs(training, models, costs, gin_files, params)
-      print("[demo] training %s (%s) for %d steps on mesh %s -> %s"
-            % (info["row_label"], experiment, args.train_steps,
-               args.mesh_shape, model_dir), file=sys.stderr, flush=True)
-      log = training.train(model_dir, gin_files, params,
-                           train_steps=args.train_steps)
-      evals = training.evaluate(model_dir, gin_files, params)
-      info.update(log=log, step=evals[-1]["step"],
-                  ln_ppl=evals[-1]["ln_ppl"], step_time=step_seconds(log))
-      results.append(info)
-    table = format_table(results)
-    png = os.path.join(args.output_dir, "loss_curves.png")
-    plot(results, png)
-    elapsed = time.time() - start
-    text = ("%s\n\nmesh %s (heads:model) on logical CPU devices; tiny T5: "
-            "d_model %d, 2+2 layers, inputs %d tokens, batch 8; held-out "
-            "ln(PPL) = mean token cross-entropy (nats) on the validation "
-            "split.\nwall time %.0f s; loss curves: %s\n"
-            % (table, args.mesh_shape, results[0]["d_model"],
-               results[0]["inputs_length"], elapsed, png))
-    with open(os.path.join(args.output_dir, "results.md"), "w") as f:
-      f.write(text)
-    del progress
-    print(text)
-    return 0
-
-  return train_command.run_command(PROG, parser, argv, body)
+  args = commands.parse(parser, sys.argv[1:] if argv is None else argv)
+  if isinstance(args, int):
+    return args
+  print("[demo] multi-head vs talking heads, %d heads, %d steps each -> %s"
+        % (args.heads, args.train_steps, args.output_dir), file=sys.stderr,
+        flush=True)
+  from mtf_talking_heads import comparison  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import sweep  # pylint: disable=g-import-not-at-top
+  try:
+    rows = _rows(sweep, args.heads)
+    job = sweep.Sweep(
+        rows, args.output_dir, scale=args.scale, seeds=1,
+        train_steps=args.train_steps,
+        eval_steps=_eval_steps(args.train_steps, args.eval_every),
+        table=TABLE, gin_params=[
+            "save_checkpoints_steps = %d" % args.eval_every,
+            "seed = %d" % args.seed], log=sys.stderr)
+  except (commands.UsageError, ValueError) as e:
+    print("%s: error: %s" % (PROG, e), file=sys.stderr)
+    return 2
+  start = time.time()
+  if args.fresh and os.path.isdir(args.output_dir):
+    shutil.rmtree(args.output_dir)
+  try:
+    job.run()
+  except ValueError as e:
+    print("%s: error: %s" % (PROG, e), file=sys.stderr)
+    return 2
+  except RuntimeError as e:
+    print("%s: error: %s" % (PROG, e), file=sys.stderr)
+    return 1
+  png = comparison.plot_curves(
+      job.rows, 1, job.model_dir, os.path.join(args.output_dir, "curves.png"),
+      title="decoder-only byte LM, %d heads: held-out loss" % args.heads)
+  summaries = comparison.summarize(
+      comparison.compare(job.rows, 1, job.model_dir),
+      {r.name: r.label for r in job.rows})
+  text = report(job, comparison, summaries, time.time() - start, png)
+  with open(os.path.join(args.output_dir, "demo.md"), "w") as f:
+    f.write(text)
+  print(text)
+  return 0
 
 
 if __name__ == "__main__":

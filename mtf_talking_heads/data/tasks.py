@@ -8,6 +8,10 @@ is requested):
                       dropped spans, each after its sentinel).
   th_mlm              BERT-style masked LM for encoder-only models (see mlm()).
   th_prefix_lm        t5's prefix LM (inputs: a prefix, targets: the rest).
+  th_lm_bytes         decoder-only language modelling on the corpus's UTF-8
+                      bytes (seqio.ByteVocabulary): targets only, long
+                      documents cut to the targets length, short ones packed.
+  th_prefix_lm_bytes  th_prefix_lm on bytes, for encoder-decoder models.
   th_finetune_squad_glue_superglue
                       mixture of SQuAD + GLUE + SuperGLUE, examples-
                       proportional (the paper's fine-tuning mixture).
@@ -37,8 +41,12 @@ import tensorflow.compat.v2 as tf
 from mtf_talking_heads.data import corpus
 from mtf_talking_heads.data import vocab
 
-OBJECTIVES = ("span_corruption", "mlm", "prefix_lm")
-PRETRAINING_TASKS = tuple("th_" + o for o in OBJECTIVES)
+OBJECTIVES = ("span_corruption", "mlm", "prefix_lm", "lm")
+# Byte-level tasks: no vocabulary to train, 259 ids (3 special + 256 bytes),
+# the model sees characters, so small models leave the unigram plateau fast.
+BYTE_OBJECTIVES = ("lm", "prefix_lm")
+PRETRAINING_TASKS = tuple("th_" + o for o in OBJECTIVES if o != "lm") + tuple(
+    "th_%s_bytes" % o for o in BYTE_OBJECTIVES)
 FINETUNE_MIXTURE = "th_finetune_squad_glue_superglue"
 # t5's own names; all registered by importing t5.data.mixtures.
 STANDARD_TASKS = (
@@ -244,10 +252,21 @@ def prefix_lm(dataset, sequence_length, output_features, noise_density=0.5):
       output_features=output_features, noise_density=noise_density)
 
 
+def lm(dataset, sequence_length, output_features):
+  """Language modelling: each document as targets, cut into pieces of at
+  most sequence_length["targets"] - 1 tokens (room for EOS); training and
+  evaluation pack the short pieces together (mesh_train_dataset_fn,
+  training._eval_dataset)."""
+  return t5_preprocessors.split_tokens_to_targets_length(
+      dataset, sequence_length=_lengths(sequence_length),
+      output_features=output_features)
+
+
 _OBJECTIVE_FNS = {
     "span_corruption": span_corruption,
     "mlm": mlm,
     "prefix_lm": prefix_lm,
+    "lm": lm,
 }
 
 
@@ -331,8 +350,12 @@ def register_text_tasks(name, train_path, validation_path, vocab_path=None,
 def _register_pretraining_tasks():
   source = CorpusSource(None)  # gin th_data.corpus_paths, read lazily
   for objective in OBJECTIVES:
-    _add_task("th_" + objective, source, objective, vocab.get_vocabulary(),
-              overwrite=True)
+    if objective != "lm":
+      _add_task("th_" + objective, source, objective, vocab.get_vocabulary(),
+                overwrite=True)
+  for objective in BYTE_OBJECTIVES:
+    _add_task("th_%s_bytes" % objective, source, objective,
+              seqio.ByteVocabulary(), overwrite=True)
 
 
 def _register_finetune_mixture():

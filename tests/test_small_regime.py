@@ -1,0 +1,198 @@
+"""The small-regime models (h * d_k = d_model): byte tasks, gin configs that
+train, the sweep's small scale and curves, the comparison and the demo."""
+import csv
+import doctest
+import math
+import os
+
+import pytest
+
+from mtf_talking_heads import comparison
+from mtf_talking_heads import sweep
+
+SMALL_TABLES = ("lm_heads", "encdec_heads", "lm_variants")
+
+
+# ------------------------------------------------------------- byte tasks
+
+
+def test_lm_bytes_task_is_the_corpus_bytes():
+  import seqio  # pylint: disable=g-import-not-at-top
+  import mtf_talking_heads.data  # pylint: disable=g-import-not-at-top,unused-import
+  task = seqio.get_mixture_or_task("th_lm_bytes")
+  ds = task.get_dataset({"inputs": 32, "targets": 32}, split="validation",
+                        shuffle=False)
+  examples = list(ds.take(20).as_numpy_iterator())
+  assert examples and all("inputs" not in ex for ex in examples)
+  vocab = task.output_features["targets"].vocabulary
+  assert vocab.vocab_size == 259
+  for ex in examples:
+    targets = ex["targets"].tolist()
+    assert 2 <= len(targets) <= 32 and targets[-1] == 1  # EOS
+    text = vocab.decode(targets[:-1])
+    assert text and text.isprintable()
+
+
+# ------------------------------------------------------------- gin rows
+
+
+@pytest.mark.parametrize("table", SMALL_TABLES)
+def test_small_tables_keep_h_times_dk_equal_to_d_model(table):
+  rows = sweep.paper_table_rows(table)
+  assert {r.variant for r in rows} >= {"multi_head", "talking_heads"}
+  for row in rows:
+    assert row.heads * row.d_k == row.heads * row.d_v == 128, row.name
+    assert sweep.scale_files(row, "small") == ()
+    assert sweep.scale_files(row, "tiny") == (
+        "models/%s_tiny.gin" % sweep.model_of(row),)
+    with pytest.raises(ValueError, match="use --scale small or tiny"):
+      sweep.scale_files(row, "base")
+
+
+def test_paper_rows_refuse_small_scale():
+  row = sweep.paper_table_rows("t5_heads")[0]
+  with pytest.raises(ValueError, match="use --scale base or tiny"):
+    sweep.scale_files(row, "small")
+
+
+def test_talking_heads_extra_multiplies_in_the_papers_proportion():
+  """At h = 8 (d_model 128, n = 128) talking heads costs 1.17x multi-head's
+  multiplies per layer; the paper's T5 at h = 24 costs 1.19x."""
+  from mtf_talking_heads import costs  # pylint: disable=g-import-not-at-top
+
+  def ratio(h, d_k, d_model, n):
+    th = costs.attention_costs("talking_heads", h, h, h, d_k, d_k, d_model, n)
+    mh = costs.attention_costs("multi_head", h, h, h, d_k, d_k, d_model, n)
+    return th["multiplies"] / mh["multiplies"]
+
+  assert ratio(8, 16, 128, 128) == pytest.approx(1.167, abs=1e-3)
+  assert ratio(24, 32, 768, 512) == pytest.approx(1.1875, abs=1e-3)
+
+
+# ------------------------------------------------------------- sweep
+
+
+def test_sweep_small_scale_curves_in_one_train_call(tmp_path):
+  rows = sweep.select_rows(sweep.paper_table_rows("lm_heads"), "2,6")
+  job = sweep.Sweep(rows, str(tmp_path), scale="small", seeds=3,
+                    train_steps=1000, eval_steps=[250, 500, 750, 1000],
+                    table="lm_heads")
+  run = job.runs()[0]
+  assert [c[1] for c in run.commands] == ["train", "eval"]
+  assert run.commands[0][-2:] == ["--train_steps", "1000"]
+  assert run.commands[1][-2:] == ["--checkpoint_steps", "250,500,750,1000"]
+  assert job.cost_length[rows[0].name] == 128
+  text = job.dry_run_text()
+  assert "ln(PPL) at 250,500,750,1000" in text
+  with pytest.raises(ValueError, match="ascending"):
+    sweep.Sweep(rows, str(tmp_path / "x"), scale="small",
+                eval_steps=[250, 250, 1000], table="lm_heads")
+
+
+# ------------------------------------------------------------- comparison
+
+
+def test_comparison_doctests():
+  failures, tried = doctest.testmod(comparison)
+  assert tried >= 5 and failures == 0
+
+
+def _write_run(model_dir, points, step_time, steps=40):
+  os.makedirs(model_dir, exist_ok=True)
+  with open(os.path.join(model_dir, "eval_results.csv"), "w") as f:
+    f.write("step,split,ln_ppl,tokens\n")
+    for step, value in sorted(points.items()):
+      f.write("%d,validation,%f,100\n" % (step, value))
+  with open(os.path.join(model_dir, "train_log.csv"), "w") as f:
+    f.write("step,loss,steps_per_sec,elapsed_sec\n")
+    for step in range(1, steps + 1):
+      rate = 0.5 if step <= 3 else 1.0 / step_time  # slow start-up ignored
+      f.write("%d,1.0,%f,%f\n" % (step, rate, step * step_time))
+
+
+def test_compare_pairs_by_heads_and_seed(tmp_path):
+  rows = sweep.select_rows(sweep.paper_table_rows("lm_heads"), "2,6")
+  mh, th = rows
+
+  def model_dir(row, seed):
+    return str(tmp_path / row.name / str(seed))
+
+  # seed 1: th better by 0.1 at every step; seed 2: by 0.2
+  for seed, gap in ((1, 0.1), (2, 0.2)):
+    _write_run(model_dir(mh, seed), {0: 5.5, 500: 2.6, 1000: 2.4}, 0.1)
+    _write_run(model_dir(th, seed), {0: 5.5, 500: 2.6 - gap,
+                                     1000: 2.4 - gap}, 0.2)
+  records = comparison.compare(rows, 3, model_dir)
+  assert [r["seed"] for r in records] == [1, 2]  # seed 3 has no runs
+  assert [round(r["delta_equal_steps"], 6) for r in records] == [-0.1, -0.2]
+  # equal time = mh's 100 s: th at step 500
+  assert [round(r["delta_equal_time"], 6) for r in records] == [
+      round(2.5 - 2.4, 6), round(2.4 - 2.4, 6)]
+  assert records[0]["step_time_sec"] == pytest.approx(0.2)
+  # mh never reaches th's final loss; it reaches th's step-500 loss of seed
+  # 1 (2.5) at step 750: 1.5x the steps, 0.75x the time
+  assert records[0]["multiplier_at_step"] == 500
+  assert records[0]["steps_multiplier"] == pytest.approx(1.5)
+  assert records[0]["time_multiplier"] == pytest.approx(0.75)
+  summary, = comparison.summarize(records, {th.name: "talking-heads"})
+  mean, se = summary["delta_steps"]
+  assert mean == pytest.approx(-0.15) and se == pytest.approx(0.05)
+  assert summary["wins"] == 2 and summary["step_time_ratio"] == 2.0
+  table = comparison.markdown([summary])
+  assert "| talking-heads | 8 |" in table and "-0.150 ± 0.050" in table
+  comparison.write(str(tmp_path), rows, 2, model_dir,
+                   {th.name: "talking-heads"})
+  with open(tmp_path / comparison.COMPARISON_CSV) as f:
+    assert len(list(csv.DictReader(f))) == 2
+  png = comparison.plot_curves(rows, 2, model_dir, str(tmp_path / "c.png"))
+  assert os.path.getsize(png) > 1000
+
+
+def test_median_step_time_ignores_start_up_and_resumes(tmp_path):
+  d = str(tmp_path)
+  with open(os.path.join(d, "train_log.csv"), "w") as f:
+    f.write("step,loss,steps_per_sec,elapsed_sec\n")
+    for step in range(1, 41):
+      slow = step in (1, 2, 21, 22)  # start-up, and a resume at step 21
+      f.write("%d,1,%f,0\n" % (step, 0.01 if slow else 4.0))
+  assert comparison.median_step_time(d, skip_steps=2) == pytest.approx(0.25)
+
+
+# ------------------------------------------------------------- training
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("table,rows", [("lm_heads", "1,5"),
+                                        ("encdec_heads", "1,5")])
+def test_small_models_train_and_evaluate(tmp_path, table, rows):
+  """Each new model (decoder-only and encoder-decoder) with multi-head and
+  talking-heads attention trains 4 steps at tiny scale and its held-out
+  ln(PPL) falls from the initial one."""
+  from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
+  for row in sweep.select_rows(sweep.paper_table_rows(table), rows):
+    gin_files = list(row.gin_files) + list(sweep.scale_files(row, "tiny"))
+    model_dir = str(tmp_path / row.name)
+    log = training.train(model_dir, gin_files, [])
+    assert log[-1]["step"] == 4 and math.isfinite(log[-1]["loss"])
+    evals = training.evaluate(model_dir, gin_files, [],
+                              checkpoint_steps=[0, 4])
+    assert evals[0]["ln_ppl"] > evals[1]["ln_ppl"] > 0, (row.name, evals)
+
+
+@pytest.mark.slow
+def test_demo_end_to_end_at_tiny_scale(tmp_path, capsys):
+  from mtf_talking_heads.commands import demo  # pylint: disable=g-import-not-at-top
+  out = str(tmp_path / "demo")
+  status = demo.main(["--output_dir", out, "--scale", "tiny", "--heads", "4",
+                      "--train_steps", "4", "--eval_every", "2"])
+  assert status == 0
+  text = capsys.readouterr().out
+  assert "held-out ln(PPL) after 4 steps" in text
+  assert "| multi-head | 4 | 32 |" in text and "| talking-heads | 4 | 32 |" in text
+  assert "at equal steps" in text and "at equal time" in text
+  for name in ("demo.md", "curves.png", "results.csv", "comparison.csv"):
+    assert os.path.exists(os.path.join(out, name)), name
+  # a second invocation resumes: nothing to train, same table
+  assert demo.main(["--output_dir", out, "--scale", "tiny", "--heads", "4",
+                    "--train_steps", "4", "--eval_every", "2"]) == 0
+  assert demo.main(["--output_dir", out, "--heads", "5"]) == 2
