@@ -3,6 +3,7 @@ import os
 
 import setuptools
 from setuptools.command import build_py
+from setuptools.command import editable_wheel
 
 # Exact pins; README.md ("Why each pin") says why each one exists.  The full
 # transitive lock is requirements.lock (what `make` installs).
@@ -24,11 +25,21 @@ INSTALL_REQUIRES = [
 ]
 
 
+# Python runs this line of site-packages/mtf_talking_heads_startup.pth at
+# start-up: it only adds an import hook that applies compat.py just before
+# mesh_tensorflow is imported (see mtf_talking_heads_startup.py), so the
+# stock t5_mesh_transformer script works (stack breakage 8).
+STARTUP_PTH = "mtf_talking_heads_startup.pth"
+STARTUP_LINE = ("import mtf_talking_heads_startup; "
+                "mtf_talking_heads_startup.install()\n")
+
+
 class BuildPyWithGin(build_py.build_py):
   """Copies the repository's gin/ into a wheel as mtf_talking_heads/gin.
 
   A checkout or editable install reads <repo>/gin directly
-  (models.gin_dir()); a wheel has no <repo>, so it carries the files.
+  (models.gin_dir()); a wheel has no <repo>, so it carries the files.  The
+  wheel also gets the start-up .pth file at its root (site-packages).
   """
 
   def run(self):
@@ -36,6 +47,34 @@ class BuildPyWithGin(build_py.build_py):
     if not getattr(self, "editable_mode", False):
       self.copy_tree("gin", os.path.join(self.build_lib, "mtf_talking_heads",
                                          "gin"))
+      with open(os.path.join(self.build_lib, STARTUP_PTH), "w") as f:
+        f.write(STARTUP_LINE)
+
+
+class _StrategyWithStartupPth(object):
+  """An editable-install strategy that also writes the start-up .pth file."""
+
+  def __init__(self, strategy):
+    self._strategy = strategy
+
+  def __call__(self, wheel, files, mapping):
+    result = self._strategy(wheel, files, mapping)
+    wheel.writestr(STARTUP_PTH, STARTUP_LINE)
+    return result
+
+  def __enter__(self):
+    self._strategy.__enter__()
+    return self
+
+  def __exit__(self, *exc):
+    return self._strategy.__exit__(*exc)
+
+
+class EditableWheelWithStartupPth(editable_wheel.editable_wheel):
+  """`pip install -e .` (what the Makefile runs) installs the .pth file too."""
+
+  def _select_strategy(self, *args, **kwargs):
+    return _StrategyWithStartupPth(super()._select_strategy(*args, **kwargs))
 
 
 setuptools.setup(
@@ -43,9 +82,12 @@ setuptools.setup(
     version="0.1.0",
     description="Talking-Heads Attention on named Mesh-TensorFlow dimensions",
     packages=setuptools.find_packages(include=["mtf_talking_heads", "mtf_talking_heads.*"]),
+    py_modules=["mtf_talking_heads_startup"],
     python_requires=">=3.11,<3.12",
     install_requires=INSTALL_REQUIRES,
     extras_require={"test": ["pytest==8.3.4", "pytest-timeout==2.3.1"]},
-    cmdclass={"build_py": BuildPyWithGin},
-    entry_points={"console_scripts": ["mtf_th=mtf_talking_heads.cli:main"]},
+    cmdclass={"build_py": BuildPyWithGin,
+              "editable_wheel": EditableWheelWithStartupPth},
+    entry_points={"console_scripts": [
+        "mtf_th=mtf_talking_heads_startup:mtf_th"]},
 )

@@ -1,11 +1,17 @@
 """Talking-Heads Attention (Shazeer et al. 2020) on named Mesh-TensorFlow dims.
 
 Importing the package mends the old stack (see compat.py) and registers the
-gin configurables (layers under the gin module ``mtf_th``).
+gin configurables (layers under the gin module ``mtf_th``) -- except under
+the ``mtf_th`` console script (mtf_talking_heads_startup.mtf_th), whose
+commands import what they need, so the light ones never load TensorFlow.
 """
-from mtf_talking_heads import compat  # must come first: fixes `import mesh_tensorflow`
-from mtf_talking_heads import attention  # pylint: disable=g-bad-import-order
-from mtf_talking_heads import layers
-from mtf_talking_heads import models  # puts the repository's gin/ on gin's search path
+import sys as _sys
 
 __version__ = "0.1.0"
+
+if not getattr(_sys.modules.get("mtf_talking_heads_startup"),
+               "LIGHT_PACKAGE_IMPORT", False):
+  from mtf_talking_heads import compat  # must come first: fixes `import mesh_tensorflow`
+  from mtf_talking_heads import attention  # pylint: disable=g-bad-import-order
+  from mtf_talking_heads import layers
+  from mtf_talking_heads import models  # puts the repository's gin/ on gin's search path

@@ -1,20 +1,41 @@
 """The one place where the old mesh-tensorflow / t5 stack is mended.
 
-Importing this module (which ``import mtf_talking_heads`` does first) applies
-every fix below, so our code, mtf's own modules and the stock
-``t5_mesh_transformer --module_import=mtf_talking_heads`` all work on the
-pinned stack (TF 2.15.1, mesh-tensorflow 0.1.21, t5 0.9.4).  Each fix names
+Importing this module (which ``import mtf_talking_heads`` does first) puts
+import hooks on ``sys.meta_path`` that apply every fix below at the moment
+the module it mends is imported, so our code, mtf's own modules and the
+stock ``t5_mesh_transformer --module_import=mtf_talking_heads`` all work on
+the pinned stack (TF 2.15.1, mesh-tensorflow 0.1.21, t5 0.9.4).  The stock
+script imports mesh_tensorflow before it reads --module_import (breakage 8):
+the start-up file mtf_talking_heads_startup.pth, installed by setup.py, then
+loads this module just before mesh_tensorflow is imported.  Each fix names
 the upstream breakage it works around; see also ../shared/stack/README.md.
+
+This module itself imports only the standard library, so the `mtf_th`
+commands that need no TensorFlow can install the hooks for free.
 """
+import contextlib
+import importlib.util
 import os
 import sys
+import tempfile
 import types
+import warnings
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Set by `--verbose` (set_verbose): keep TensorFlow's start-up messages,
+# Python warnings and mtf's per-step tf.Print.
+VERBOSE_ENV = "MTF_TH_VERBOSE"
 
-import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
-from tensorflow.python.framework import ops as _tf_ops  # pylint: disable=g-direct-tensorflow-import
-from tensorflow.python.framework import tensor_conversion_registry as _tcr  # pylint: disable=g-direct-tensorflow-import
+
+def verbose():
+  return os.environ.get(VERBOSE_ENV) == "1"
+
+
+def set_verbose(value=True):
+  """--verbose: show what the fixes below hide (also in child processes)."""
+  if value:
+    os.environ[VERBOSE_ENV] = "1"
+  else:
+    os.environ.pop(VERBOSE_ENV, None)
 
 
 def _fix_register_tensor_conversion_function():
@@ -22,7 +43,10 @@ def _fix_register_tensor_conversion_function():
 
   TF >= 2.13 moved it to tensor_conversion_registry, so `import
   mesh_tensorflow` raises AttributeError (tensorflow/mesh issues #392, #396).
+  Runs just before mesh_tensorflow is imported (see _HOOKS).
   """
+  from tensorflow.python.framework import ops as _tf_ops  # pylint: disable=g-direct-tensorflow-import,g-import-not-at-top
+  from tensorflow.python.framework import tensor_conversion_registry as _tcr  # pylint: disable=g-direct-tensorflow-import,g-import-not-at-top
   if not hasattr(_tf_ops, "register_tensor_conversion_function"):
     _tf_ops.register_tensor_conversion_function = (
         _tcr.register_tensor_conversion_function)
@@ -35,13 +59,8 @@ def _fix_t5_hf_model_import():
   out of the install.  A real torch, if installed, is left alone.
   """
   name = "t5.models.hf_model"
-  if name in sys.modules:
+  if name in sys.modules or importlib.util.find_spec("torch") is not None:
     return
-  try:
-    import torch  # pylint: disable=g-import-not-at-top,unused-import
-    return
-  except ImportError:
-    pass
   stub = types.ModuleType(name)
 
   class HfPyTorchModel(object):  # pylint: disable=too-few-public-methods
@@ -66,6 +85,7 @@ def estimator_session_config(num_cpu_devices, base=None):
   Returns:
     a tf.ConfigProto
   """
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
   config = tf.ConfigProto() if base is None else base
   config.device_count["CPU"] = max(int(num_cpu_devices), 1)
   config.allow_soft_placement = True
@@ -118,9 +138,187 @@ def split_cpu(num_devices):
   return _LOGICAL_CPUS[:num_devices]
 
 
-def apply():
-  _fix_register_tensor_conversion_function()
+# --------------------------------------------------------------------------
+# Start-up noise (hidden unless --verbose)
+
+# Breakage: TF 2.15's CUDA plugins register their factories twice when
+# `import tensorflow` loads them, logging three "E" lines on every machine
+# (tensorflow/tensorflow#62075).  TF_CPP_MIN_LOG_LEVEL=2 keeps E lines and 3
+# would hide real errors for the whole process (TF reads it once), so only
+# these lines are dropped, from what fd 2 receives during the import.
+_IMPORT_NOISE = ("Unable to register cuDNN factory",
+                 "Unable to register cuFFT factory",
+                 "Unable to register cuBLAS factory")
+
+
+@contextlib.contextmanager
+def _stderr_without(patterns):
+  """Captures file descriptor 2; replays it without lines naming `patterns`."""
+  try:
+    sys.stderr.flush()
+    saved = os.dup(2)
+  except (OSError, ValueError, AttributeError):
+    yield
+    return
+  with tempfile.TemporaryFile() as captured:
+    os.dup2(captured.fileno(), 2)
+    try:
+      yield
+    finally:
+      try:
+        sys.stderr.flush()
+      except (OSError, ValueError, AttributeError):
+        pass
+      os.dup2(saved, 2)
+      os.close(saved)
+      captured.seek(0)
+      kept = [line for line in captured.read().splitlines(True)
+              if not any(p.encode() in line for p in patterns)]
+      if kept:
+        os.write(2, b"".join(kept))
+
+
+def _quiet_python_warnings():
+  """Breakage: setuptools 80 warns "pkg_resources is deprecated" when mtf's
+  transformer/utils.py (and tensorflow_hub) import pkg_resources, which the
+  pin keeps (see README, setuptools)."""
+  warnings.filterwarnings("ignore", message="pkg_resources is deprecated",
+                          category=UserWarning)
+
+
+def _before_tensorflow():
+  if not verbose():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    _quiet_python_warnings()
+
+
+class _TfWithoutPrint(types.ModuleType):
+  """tensorflow.compat.v1, except that Print passes its input through."""
+
+  def __init__(self, tf_module):
+    super().__init__(tf_module.__name__, tf_module.__doc__)
+    self._tf = tf_module
+
+  def __getattr__(self, name):
+    return getattr(self._tf, name)
+
+  @staticmethod
+  def Print(input_, *args, **kwargs):  # pylint: disable=invalid-name,unused-argument
+    return input_
+
+
+def _after_mtf_utils(module):
+  """Breakage: mtf's transformer/utils.py (model_fn, ~line 939) wraps the
+  loss in tf.Print, so every training step writes "step, tf_loss[...]" to
+  stderr under our progress lines.  Unless --verbose, its `tf` is
+  tensorflow.compat.v1 with a pass-through Print."""
+  if not verbose() and not isinstance(module.tf, _TfWithoutPrint):
+    module.tf = _TfWithoutPrint(module.tf)
+
+
+# --------------------------------------------------------------------------
+# Import hooks: each fix runs when the module it mends is imported.
+
+class _Hook(object):
+  """What to do around the import of one module (before, quiet, after)."""
+
+  def __init__(self, before=None, quiet=False, after=None):
+    self.before = before
+    self.quiet = quiet
+    self.after = after
+
+
+_HOOKS = {
+    "tensorflow": _Hook(before=_before_tensorflow, quiet=True),
+    "mesh_tensorflow": _Hook(before=lambda: (
+        _fix_register_tensor_conversion_function(),
+        _fix_t5_hf_model_import())),
+    "mesh_tensorflow.transformer.utils": _Hook(after=_after_mtf_utils),
+    "t5.models": _Hook(before=_fix_t5_hf_model_import),
+}
+
+
+class _HookedLoader(object):
+  """Wraps a module's loader to run its _Hook around exec_module."""
+
+  def __init__(self, loader, hook):
+    self._loader = loader
+    self._hook = hook
+
+  def __getattr__(self, name):
+    return getattr(self._loader, name)
+
+  def create_module(self, spec):
+    return self._loader.create_module(spec)
+
+  def exec_module(self, module):
+    hook = self._hook
+    if hook.before:
+      hook.before()
+    try:
+      if hook.quiet and not verbose():
+        with _stderr_without(_IMPORT_NOISE):
+          self._loader.exec_module(module)
+      else:
+        self._loader.exec_module(module)
+    finally:  # the module keeps its real loader
+      module.__loader__ = self._loader
+      if getattr(module, "__spec__", None) is not None:
+        module.__spec__.loader = self._loader
+    if hook.after:
+      hook.after(module)
+
+
+class _StackFinder(object):
+  """A meta path finder that finds nothing itself: for a hooked module it
+  returns the regular finders' spec with a _HookedLoader."""
+
+  def find_spec(self, name, path=None, target=None):
+    hook = _HOOKS.get(name)
+    if hook is None or name in _HOOKED:
+      return None
+    _HOOKED.add(name)
+    for finder in sys.meta_path:
+      if finder is self or not hasattr(finder, "find_spec"):
+        continue
+      spec = finder.find_spec(name, path, target)
+      if spec is not None:
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+          spec.loader = _HookedLoader(spec.loader, hook)
+        return spec
+    return None
+
+
+_HOOKED = set()
+_FINDER = _StackFinder()
+
+
+def find_spec(name, path=None, target=None):
+  """Our finder's answer for `name` (mtf_talking_heads_startup delegates)."""
+  return _FINDER.find_spec(name, path, target)
+
+
+def install_import_hooks():
+  """Puts the hooks first on sys.meta_path (idempotent).
+
+  A hooked module that is already imported gets its fix now instead.
+  """
+  if not any(isinstance(f, _StackFinder) for f in sys.meta_path):
+    sys.meta_path.insert(0, _FINDER)
+  if "tensorflow" in sys.modules and not verbose():
+    _quiet_python_warnings()
+  if "mesh_tensorflow" in sys.modules or "tensorflow" in sys.modules:
+    _fix_register_tensor_conversion_function()
+  if "mesh_tensorflow.transformer.utils" in sys.modules:
+    _after_mtf_utils(sys.modules["mesh_tensorflow.transformer.utils"])
   _fix_t5_hf_model_import()
 
 
-apply()
+def apply():
+  """Every fix now (imports TensorFlow); importing this module is enough."""
+  install_import_hooks()
+  _before_tensorflow()
+  _fix_register_tensor_conversion_function()
+
+
+install_import_hooks()

@@ -580,8 +580,10 @@ def grid_rows(grid, ties=None, variant=None, dynamic=(), placement="all",
       name += "_" + "_".join(row_dynamic)
     size = "small" if model in SMALL_MODELS else "base"
     gin_files = ["models/%s_%s.gin" % (model, size), _attention_file(v)]
-    gin_params = ["%s = %d" % (d, values[d]) for d in DIMS
-                  if not (v == "general_bilinear" and d in ("d_k", "d_v"))]
+    used = _referenced_macros(gin_files, gin_dir)
+    # only the dims the variant reads (training refuses a macro nothing uses)
+    gin_params = ["%s = %d" % (d, values[d]) for d in DIMS if d in used
+                  and not (v == "general_bilinear" and d in ("d_k", "d_v"))]
     if v == "dynamic_projections":
       gin_params.append("dynamic = %s" % json.dumps(list(row_dynamic)))
     label = LABELS[v]
@@ -603,6 +605,15 @@ def grid_rows(grid, ties=None, variant=None, dynamic=(), placement="all",
                      % ", ".join(sorted({n for n in names
                                          if names.count(n) > 1})))
   return rows
+
+
+def _referenced_macros(gin_files, gin_dir):
+  """Names of the macros that gin files reference as %name (not includes)."""
+  used = set()
+  for name in gin_files:
+    with open(_gin_path(name, gin_dir=gin_dir)) as f:
+      used.update(re.findall(r"%([A-Za-z_][A-Za-z0-9_]*)", f.read()))
+  return used
 
 
 def _tie_order(ties, grid):

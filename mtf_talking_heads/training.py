@@ -104,7 +104,8 @@ def parse_gin(gin_files=(), gin_params=(), extra_params=()):
     gin_params: bindings such as "heads = 24" or "utils.run.train_steps = 10".
     extra_params: bindings applied after gin_params.
   Raises:
-    ConfigError: for a missing file or an unknown/invalid binding.
+    ConfigError: for a missing file, an unknown/invalid binding, or a
+      binding that the configuration ignores (gin_checks.check_params).
   """
   gin_files = list(gin_files or ())
   gin_params = list(gin_params or ()) + list(extra_params or ())
@@ -130,6 +131,11 @@ def parse_gin(gin_files=(), gin_params=(), extra_params=()):
         gin.parse_config(param)
       except (ValueError, KeyError, TypeError, SyntaxError, ImportError) as e:
         raise ConfigError("--gin_param %r: %s" % (param, _gin_message(e)))
+  from mtf_talking_heads import gin_checks  # pylint: disable=g-import-not-at-top
+  try:  # a misspelt macro, a binding nothing uses
+    gin_checks.check_params(gin_params)
+  except ValueError as e:
+    raise ConfigError(str(e))
 
 
 def _gin_message(e):

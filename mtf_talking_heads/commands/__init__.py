@@ -1,6 +1,7 @@
 """The `mtf_th` subcommands (see cli.py); shared argument-parsing pieces."""
 import argparse
 import csv
+import importlib
 import io
 import sys
 
@@ -15,6 +16,36 @@ class ArgumentParser(argparse.ArgumentParser):
 
   def error(self, message):
     raise UsageError(message)
+
+
+class ModuleImportAction(argparse.Action):
+  """--module_import MODULE (repeatable, like t5_mesh_transformer's): imports
+  MODULE while the command line is parsed, so the tasks and gin
+  configurables it registers exist before any gin file is read."""
+
+  def __call__(self, parser, namespace, values, option_string=None):
+    try:
+      importlib.import_module(values)
+    except ImportError as e:
+      raise argparse.ArgumentError(
+          self, "cannot import %r (%s): give an importable module, e.g. "
+          "--module_import=my_package.tasks" % (values, e))
+    modules = list(getattr(namespace, self.dest, None) or [])
+    setattr(namespace, self.dest, modules + [values])
+
+
+class VerboseAction(argparse.Action):
+  """--verbose: a flag that also tells compat to keep TensorFlow's start-up
+  messages, Python warnings and mtf's per-step tf.Print (set before
+  TensorFlow is imported)."""
+
+  def __init__(self, option_strings, dest, default=False, **kwargs):
+    super().__init__(option_strings, dest, nargs=0, default=default, **kwargs)
+
+  def __call__(self, parser, namespace, values, option_string=None):
+    from mtf_talking_heads import compat  # pylint: disable=g-import-not-at-top
+    compat.set_verbose(True)
+    setattr(namespace, self.dest, True)
 
 
 def parse(parser, argv):

@@ -13,7 +13,9 @@ child processes, under <output_dir>/runs/<row>/seed_<n>.  Results:
 and std over seeds, best in bold), plot_heads.png (ln(PPL) vs heads),
 plot_loss.png (loss curves), plot_step_time.png (step time vs multiplies).
 Rerunning skips the runs already in results.csv.  --dry_run prints the
-commands and the table with params and multiplies only, and trains nothing.
+commands and the table with params and multiplies only, then runs `mtf_th
+train`'s pre-flight checks on every row (a row that cannot train is an
+error, status 2), and trains nothing.
 Bad arguments exit with status 2 and one message on stderr.
 """
 import sys
@@ -128,6 +130,34 @@ def _make_sweep(args, sweep):
                      tpu_zone=args.tpu_zone, gcp_project=args.gcp_project)
 
 
+def _preflight(job, tpu):
+  """`mtf_th train`'s pre-flight on every row of a dry run; exit status.
+
+  The plan is printed first (it needs no TensorFlow); each row's gin is then
+  parsed and checked as its first train command would, and every row that
+  would fail is reported on stderr (status 2).
+  """
+  from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
+  failed = []
+  for row in job.rows:
+    gin_files, gin_params = job.train_gin(row)
+    try:
+      training.parse_gin(gin_files, gin_params)
+      training.preflight(tpu=tpu)
+    except training.ConfigError as e:
+      failed.append(row.name)
+      print("%s: error: row %s: %s" % (PROG, row.name, e), file=sys.stderr)
+  if failed:
+    print("%s: %d of %d rows fail the pre-flight of `mtf_th train` (%s): "
+          "fix them before running the sweep" % (
+              PROG, len(failed), len(job.rows), ", ".join(failed)),
+          file=sys.stderr)
+    return 2
+  print("%s: pre-flight of `mtf_th train` passed for all %d rows"
+        % (PROG, len(job.rows)), file=sys.stderr)
+  return 0
+
+
 def main(argv=None):
   argv = list(sys.argv[1:] if argv is None else argv)
   from mtf_talking_heads import sweep  # pylint: disable=g-import-not-at-top
@@ -144,7 +174,8 @@ def main(argv=None):
     return 2
   if args.dry_run:
     sys.stdout.write(job.dry_run_text())
-    return 0
+    sys.stdout.flush()
+    return _preflight(job, args.tpu)
   try:
     job.run()
   except ValueError as e:  # e.g. output_dir holds another sweep

@@ -35,8 +35,13 @@ def add_common_flags(parser, model_dir_help="checkpoints and logs"):
                       help="Cloud TPU name or grpc:// address (None: CPU)")
   parser.add_argument("--tpu_zone", default=None)
   parser.add_argument("--gcp_project", default=None)
-  parser.add_argument("--verbose", action="store_true",
-                      help="show TensorFlow's INFO log")
+  parser.add_argument("--module_import", action=commands.ModuleImportAction,
+                      default=[], metavar="MODULE",
+                      help="import MODULE first, e.g. one that registers "
+                           "tasks or gin configurables (repeatable)")
+  parser.add_argument("--verbose", action=commands.VerboseAction,
+                      help="show TensorFlow's INFO log and start-up "
+                           "messages, and mtf's per-step tf.Print")
 
 
 def setup_logging(verbose):
