@@ -136,19 +136,19 @@ def read_curve(model_dir, split="validation", skip_steps=10):
 
 def median_step_time(model_dir, skip_steps=10):
   """Median seconds per step in train_log.csv after its first `skip_steps`
-  rows (graph building, warm-up); the median also ignores the few slow
-  rows after a resume."""
+  rows (graph building, warm-up; half the rows of a shorter log); the
+  median also ignores the few slow rows after a resume."""
   path = os.path.join(model_dir, TRAIN_LOG)
-  times = []
+  rates = []
   if os.path.exists(path):
     with open(path) as f:
-      for i, r in enumerate(csv.DictReader(f)):
+      for r in csv.DictReader(f):
         try:
-          rate = float(r["steps_per_sec"])
+          rates.append(float(r["steps_per_sec"]))
         except (KeyError, TypeError, ValueError):
           continue
-        if i >= skip_steps and rate > 0:
-          times.append(1.0 / rate)
+  skip = min(skip_steps, len(rates) // 2)
+  times = [1.0 / rate for rate in rates[skip:] if rate > 0]
   if not times:
     return float("nan")
   times.sort()
@@ -284,9 +284,11 @@ def markdown(summaries):
       "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
   for s in summaries:
     steps_mult, time_mult = _mult(s)
-    lines.append("| %s | %d | %s | %d | %s | %s | %.2f | %s | %s | %d/%d |" % (
+    ratio = s["step_time_ratio"]
+    lines.append("| %s | %d | %s | %d | %s | %s | %s | %s | %s | %d/%d |" % (
         s["label"], s["heads"], s["baseline"], s["seeds"],
-        _pm(s["delta_steps"]), _pm(s["delta_time"]), s["step_time_ratio"],
+        _pm(s["delta_steps"]), _pm(s["delta_time"]),
+        "n/a" if ratio is None else "%.2f" % ratio,
         steps_mult, time_mult, s["wins"], s["seeds"]))
   return "\n".join(lines) + "\n"
 

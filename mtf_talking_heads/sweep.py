@@ -959,11 +959,18 @@ class Sweep(object):
       with open(path) as f:
         theirs = json.load(f)
       different = sorted(k for k in mine if mine[k] != theirs.get(k))
+      if different == ["rows"] and all(r in mine["rows"]
+                                       for r in theirs["rows"]):
+        different = []  # more rows: the sweep grows, recorded runs stay
       if different:
         raise ValueError(
             "output_dir=%r holds a sweep with other settings (%s differ; "
-            "see %s); use a new --output_dir, or the same settings to resume"
+            "see %s); use a new --output_dir, or the same settings to resume "
+            "(adding rows is allowed)"
             % (self.output_dir, ", ".join(different), path))
+      if mine["rows"] != theirs["rows"]:
+        with open(path, "w") as f:
+          json.dump(mine, f, indent=1)
     else:
       os.makedirs(self.output_dir, exist_ok=True)
       with open(path, "w") as f:

@@ -162,21 +162,30 @@ def test_median_step_time_ignores_start_up_and_resumes(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("table,rows", [("lm_heads", "1,5"),
-                                        ("encdec_heads", "1,5")])
+@pytest.mark.parametrize("table,rows", [("encdec_heads", "1,5")])
 def test_small_models_train_and_evaluate(tmp_path, table, rows):
-  """Each new model (decoder-only and encoder-decoder) with multi-head and
-  talking-heads attention trains 4 steps at tiny scale and its held-out
-  ln(PPL) falls from the initial one."""
-  from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
+  """The encoder-decoder with multi-head and talking-heads attention trains
+  4 steps at tiny scale and its held-out ln(PPL) falls from the initial one
+  (the decoder-only LM does the same in the demo test below)."""
+  from mtf_talking_heads.commands import evaluate  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.commands import train  # pylint: disable=g-import-not-at-top
   for row in sweep.select_rows(sweep.paper_table_rows(table), rows):
     gin_files = list(row.gin_files) + list(sweep.scale_files(row, "tiny"))
     model_dir = str(tmp_path / row.name)
-    log = training.train(model_dir, gin_files, [])
-    assert log[-1]["step"] == 4 and math.isfinite(log[-1]["loss"])
-    evals = training.evaluate(model_dir, gin_files, [],
-                              checkpoint_steps=[0, 4])
-    assert evals[0]["ln_ppl"] > evals[1]["ln_ppl"] > 0, (row.name, evals)
+    flags = ["--model_dir", model_dir]
+    for f in gin_files:
+      flags += ["--gin_file", f]
+    assert train.main(flags) == 0
+    assert evaluate.main(flags + ["--checkpoint_steps", "0,4"]) == 0
+    curve = {}
+    with open(os.path.join(model_dir, "eval_results.csv")) as f:
+      for r in csv.DictReader(f):
+        curve[int(r["step"])] = float(r["ln_ppl"])
+    assert sorted(curve) == [0, 4]
+    assert curve[0] > curve[4] > 0, (row.name, curve)
+    with open(os.path.join(model_dir, "train_log.csv")) as f:
+      losses = [float(r["loss"]) for r in csv.DictReader(f)]
+    assert len(losses) == 4 and all(math.isfinite(v) for v in losses)
 
 
 @pytest.mark.slow
