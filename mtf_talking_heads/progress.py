@@ -7,7 +7,8 @@ Files other commands read (keep the formats exactly):
       step after the update (1 = the first update), `loss` the training loss
       of that update's batch, `steps_per_sec` the rate since the previous
       row, `elapsed_sec` training wall time summed over all runs that led to
-      this step (a resumed run continues from the row of its checkpoint).
+      this step (a resumed run continues from the largest elapsed_sec in the
+      file, so the column never decreases).
       A resumed run writes no row for a step that is already in the file.
   <model_dir>/eval_results.csv  step,split,ln_ppl,tokens
       one row per evaluated checkpoint and split (re-evaluating replaces it).
@@ -90,6 +91,13 @@ class TrainLog(object):
     earlier = [s for s in self.elapsed_at if s <= step]
     return self.elapsed_at[max(earlier)] if earlier else 0.0
 
+  def last_elapsed(self):
+    """The largest elapsed_sec logged (0 if none): where a resumed run's
+    clock continues, so elapsed_sec never decreases down the file (a run
+    killed after its last checkpoint logged steps that the resumed run does
+    again; their time counts too)."""
+    return max(self.elapsed_at.values()) if self.elapsed_at else 0.0
+
   def append(self, step, loss, steps_per_sec, elapsed_sec):
     """Writes one row (flushed) unless `step` is already logged."""
     if step in self.steps:
@@ -98,6 +106,7 @@ class TrainLog(object):
       f.write("%d,%.9g,%.6g,%.3f\n" % (step, loss, steps_per_sec, elapsed_sec))
       f.flush()
     self.steps.add(step)
+    self.elapsed_at[step] = elapsed_sec
     return True
 
 
@@ -138,6 +147,49 @@ def format_seconds(seconds):
   return "%ds" % seconds
 
 
+class RateMeter(object):
+  """Steady-state steps/s and ETA, leaving out the start-up steps.
+
+  The first steps of a run include graph optimisation and warm-up (often
+  tens of seconds for one step), so a rate since the start overstates the
+  time left.  The rate here is over the last `window` steps, never counting
+  the first `skip` steps after the session started.
+
+  Args:
+    start_step: the global step when the session started.
+    skip: leading steps left out of the rate.
+    window: the rate is measured over at most this many recent steps.
+  """
+
+  def __init__(self, start_step, skip=2, window=50):
+    self._skip_until = start_step + skip
+    self._window = max(int(window), 1)
+    self._points = []  # (step, time) from the first counted step on
+
+  def update(self, step, now):
+    """Records that global step `step` was reached at time `now`."""
+    if step < self._skip_until:
+      return
+    self._points.append((step, now))
+    while (len(self._points) > 2 and
+           self._points[-1][0] - self._points[1][0] >= self._window):
+      self._points.pop(0)
+
+  def rate(self):
+    """Steps per second, or None until two counted steps are recorded."""
+    if len(self._points) < 2:
+      return None
+    (s0, t0), (s1, t1) = self._points[0], self._points[-1]
+    return (s1 - s0) / max(t1 - t0, 1e-9) if s1 > s0 else None
+
+  def eta(self, step, train_steps):
+    """Seconds until train_steps, or None while the rate is unknown."""
+    rate = self.rate()
+    if step >= train_steps:
+      return 0.0
+    return None if not rate else (train_steps - step) / rate
+
+
 class ProgressHook(tf.train.SessionRunHook):
   """Logs every training step to train_log.csv and prints progress lines.
 
@@ -155,6 +207,7 @@ class ProgressHook(tf.train.SessionRunHook):
 
   def __init__(self, model_dir, train_steps, log_every_steps=1,
                print_every_secs=10.0, stream=None, label="train"):
+    self.last_step = None  # the global step after the last update
     self._log = TrainLog(model_dir)
     self._train_steps = train_steps
     self._log_every = max(int(log_every_steps), 1)
@@ -173,8 +226,10 @@ class ProgressHook(tf.train.SessionRunHook):
   def after_create_session(self, session, coord):
     del coord
     self._start_step = int(session.run(tf.train.get_global_step()))
-    self._offset = self._log.elapsed_before(self._start_step)
+    self.last_step = self._start_step
+    self._offset = self._log.last_elapsed()
     self._t0 = time.time()
+    self._meter = RateMeter(self._start_step)
     self._last_row = (self._start_step, self._t0)
     self._last_print = self._t0
     self._print("starting at step %d of %d" % (self._start_step,
@@ -189,6 +244,8 @@ class ProgressHook(tf.train.SessionRunHook):
     # read after the update (a separate tiny run: mtf's train op increments
     # the step without ordering it against reads in the same run)
     step = int(run_context.session.run(self._global_step))
+    self.last_step = step
+    self._meter.update(step, now)
     loss = float(run_values.results)
     if step % self._log_every == 0 or step == self._train_steps:
       last_step, last_t = self._last_row
@@ -196,13 +253,13 @@ class ProgressHook(tf.train.SessionRunHook):
       self._log.append(step, loss, rate, self._offset + now - self._t0)
       self._last_row = (step, now)
     if now - self._last_print >= self._print_every or step == self._train_steps:
-      done = step - self._start_step
-      rate = done / max(now - self._t0, 1e-9)
-      left = (self._train_steps - step) / rate if rate > 0 else float("inf")
-      self._print("step %d/%d (%.0f%%) loss %.4f  %.2f steps/s  ETA %s"
+      rate = self._meter.rate()
+      left = self._meter.eta(step, self._train_steps)
+      self._print("step %d/%d (%.0f%%) loss %.4f  %s steps/s  ETA %s"
                   % (step, self._train_steps,
-                     100.0 * step / max(self._train_steps, 1), loss, rate,
-                     format_seconds(left)))
+                     100.0 * step / max(self._train_steps, 1), loss,
+                     "?" if rate is None else "%.2f" % rate,
+                     "?" if left is None else format_seconds(left)))
       self._last_print = now
 
   def _print(self, message):

@@ -34,6 +34,7 @@ updated, so a killed run never leaves a listed checkpoint half-written),
 operative_config.gin, TensorBoard events (train; eval_<split>/), and the CSV
 files of progress.py.
 """
+import contextlib
 import difflib
 import functools
 import os
@@ -44,6 +45,7 @@ import gin
 import gin.tf  # pylint: disable=unused-import  (GinConfigSaverHook)
 import mesh_tensorflow as mtf
 from mesh_tensorflow.transformer import dataset as transformer_dataset
+from mesh_tensorflow.transformer import transformer
 from mesh_tensorflow.transformer import utils as mtf_utils
 import numpy as np
 import tensorflow.compat.v1 as tf
@@ -60,6 +62,30 @@ _TRAIN_FN = "mtf_th.train_model"
 
 class ConfigError(ValueError):
   """A configuration problem found before any graph is built."""
+
+
+class TrainingError(RuntimeError):
+  """An op failed while the graph ran (not a configuration problem).
+
+  Raised after the first failure: nothing is retried, because only a lost
+  remote TPU worker is a real preemption.  The message names the failing op,
+  the cause and what to change; the model directory keeps its last
+  checkpoint.
+  """
+
+
+class Interrupted(KeyboardInterrupt):
+  """Ctrl-C during a run.
+
+  Attributes:
+    model_dir: the model directory.
+    checkpoint_step: the step of its last complete checkpoint (None: none).
+  """
+
+  def __init__(self, model_dir, checkpoint_step):
+    super().__init__(model_dir, checkpoint_step)
+    self.model_dir = model_dir
+    self.checkpoint_step = checkpoint_step
 
 
 # --------------------------------------------------------------------------
@@ -262,8 +288,11 @@ def check_settings(settings, description, num_devices=None):
   # -- layout names dims of this model
   model_dims = set(dims) | set(models.MTF_GENERIC_DIMS)
   for _, layer in models.attention_layers(description):
-    # a sharding strategy's own dims (e.g. core_shard of BatchSplit)
-    model_dims.update(name for name, _ in layer.strategy.layout_rules())
+    # a sharding strategy's own dims (e.g. core_shard of BatchSplit);
+    # GeneralBilinearAttention has no strategy
+    strategy = getattr(layer, "strategy", None)
+    if strategy is not None:
+      model_dims.update(name for name, _ in strategy.layout_rules())
   for tensor_dim, mesh_dim in settings.layout._pairs:  # pylint: disable=protected-access
     if tensor_dim not in model_dims:
       close = difflib.get_close_matches(tensor_dim, sorted(dims), n=2)
@@ -580,6 +609,166 @@ def _transitive_fanin(ops, stop):
   return seen
 
 
+# --------------------------------------------------------------------------
+# failures: no retry loop, one clear message
+
+
+@contextlib.contextmanager
+def _no_session_recovery(tpu):
+  """TF's MonitoredSession retries AbortedError/UnavailableError forever.
+
+  It treats both as a preemption and rebuilds the session (rewriting the
+  graph to the events file) in an endless loop, e.g. on a oneDNN kernel's
+  AbortedError; and TPUEstimator (which utils.run uses on CPU too) drops
+  both when they reach it, so a run stopped by one would end as if it had
+  succeeded.  On CPU nothing can be preempted, so no error is retried or
+  dropped; on a TPU only UnavailableError (a lost worker) is.
+  """
+  from tensorflow.python.training import monitored_session  # pylint: disable=g-import-not-at-top
+  from tensorflow_estimator.python.estimator.tpu import error_handling  # pylint: disable=g-import-not-at-top
+  saved = (monitored_session._PREEMPTION_ERRORS,  # pylint: disable=protected-access
+           error_handling._IGNORED_ERRORS)  # pylint: disable=protected-access
+  recoverable = (tf.errors.UnavailableError,) if tpu else ()
+  monitored_session._PREEMPTION_ERRORS = recoverable  # pylint: disable=protected-access
+  error_handling._IGNORED_ERRORS = recoverable  # pylint: disable=protected-access
+  try:
+    yield
+  finally:
+    (monitored_session._PREEMPTION_ERRORS,  # pylint: disable=protected-access
+     error_handling._IGNORED_ERRORS) = saved  # pylint: disable=protected-access
+
+
+_FIXES = (
+    ("Input dims must be <= 5",
+     "a oneDNN kernel takes at most 5 dims: run with TF_ENABLE_ONEDNN_OPTS=0 "
+     "in the environment, or choose a sharding strategy whose attention "
+     "tensors have at most 5 dims"),
+    ("OOM", "out of memory: lower batch_size, the sequence lengths or the "
+            "model size, or use a larger mesh"),
+)
+
+
+def _op_error_message(e, model_dir, step):
+  """One line: the failing op, the cause and what to change."""
+  text = str(getattr(e, "message", "") or e)
+  match = re.search(r"\{\{node ([^}]+)\}\}", text)
+  op = (e.op.name if getattr(e, "op", None) is not None else
+        match.group(1) if match else "unknown op")
+  cause = next((l.strip() for l in text.splitlines()
+                if l.strip() and not l.strip().startswith(
+                    ("Graph execution error", "Detected at node", "[[",
+                     "File ", "Node:"))), text.strip() or type(e).__name__)
+  fix = next((f for key, f in _FIXES if key in text),
+             "rerun with --verbose for TensorFlow's log of the op")
+  return ("op %r failed (%s: %s) at step %s; not a preemption, so not "
+          "retried. %s. The last checkpoint in %s (step %s) is intact and "
+          "the same command resumes from it." % (
+              op, type(e).__name__, cause[:300],
+              "?" if step is None else step, fix[0].upper() + fix[1:],
+              model_dir, latest_step(model_dir)))
+
+
+def _events_files(model_dir):
+  return set(tf.io.gfile.glob(os.path.join(model_dir, "events.out.tfevents.*")))
+
+
+def _discard_failed_attempt(model_dir, start, events_before):
+  """An attempt that saved no new checkpoint leaves no events file."""
+  tf.summary.FileWriterCache.clear()  # close the writers before deleting
+  if (latest_step(model_dir) or 0) > start:
+    return
+  for path in _events_files(model_dir) - events_before:
+    tf.io.gfile.remove(path)
+
+
+# --------------------------------------------------------------------------
+# checkpoints: which to keep, no graph unless asked
+
+
+class _CheckpointKeeper(tf.train.CheckpointSaverListener):
+  """Keeps the checkpoints an eval needs out of the Saver's deletion list.
+
+  TF's Saver lists (in <model_dir>/checkpoint) and keeps the last
+  utils.run.keep_checkpoint_max checkpoints and deletes older ones.  Before
+  each save this listener takes out of that list the protected steps: those
+  given (keep_checkpoint_steps), the step the run started from (0 for a
+  fresh run, else the previous run's last checkpoint) and every step in
+  eval_results.csv.  They stay on disk, complete but unlisted, and
+  checkpoint_steps() (used by eval and decode) still finds them.
+  """
+
+  def __init__(self, model_dir, steps):
+    self._model_dir = model_dir
+    self._steps = set(int(s) for s in steps)
+    self.saver = None
+
+  def protected(self):
+    evaluated = set(r["step"] for r in progress.read_eval_results(
+        self._model_dir))
+    return self._steps | evaluated
+
+  def before_save(self, session, global_step_value):
+    del session, global_step_value
+    if self.saver is None:
+      return
+    keep = self.protected()
+    self.saver.set_last_checkpoints_with_time([
+        (path, t) for path, t in self.saver._last_checkpoints  # pylint: disable=protected-access
+        if int(mtf_utils.get_step_from_checkpoint_path(path)) not in keep])
+
+
+def _saver_hook_class(keeper, write_graph):
+  """tf.train.CheckpointSaverHook, as built by mtf, with our policy."""
+  base = tf.train.CheckpointSaverHook
+
+  class CheckpointSaverHook(base):
+    """Adds `keeper`; writes graph.pbtxt, *.meta and the graph to the events
+    file only if write_graph (each is the size of the whole graph)."""
+
+    def __init__(self, checkpoint_dir, *args, **kwargs):
+      kwargs["listeners"] = list(kwargs.get("listeners") or ()) + [keeper]
+      kwargs["save_graph_def"] = write_graph
+      super().__init__(checkpoint_dir, *args, **kwargs)
+
+    def begin(self):
+      super().begin()
+      keeper.saver = self._get_saver()
+
+    def after_create_session(self, session, coord):
+      if write_graph:
+        return super().after_create_session(session, coord)
+      step = session.run(self._global_step_tensor)
+      self._save(session, step)
+      self._timer.update_last_triggered_step(step)
+
+  return CheckpointSaverHook
+
+
+@contextlib.contextmanager
+def _checkpoint_policy(model_dir, keeper, write_graph):
+  """Our saver hook and events writer for the duration of estimator.train.
+
+  mtf builds its CheckpointSaverHook inside estimator.train, so the class is
+  swapped.  TF's hooks share one events writer per directory
+  (FileWriterCache), which writes the whole graph into the events file when
+  it is created; unless write_graph, it is created here without the graph.
+  The writer is closed at the end: one events file per run.
+  """
+  from tensorflow.python.summary.writer import writer_cache  # pylint: disable=g-import-not-at-top
+  saved = tf.train.CheckpointSaverHook
+  tf.train.CheckpointSaverHook = _saver_hook_class(keeper, write_graph)
+  if not write_graph:
+    cache = writer_cache.FileWriterCache
+    with cache._lock:  # pylint: disable=protected-access
+      if model_dir not in cache._cache:  # pylint: disable=protected-access
+        cache._cache[model_dir] = tf.summary.FileWriter(model_dir)  # pylint: disable=protected-access
+  try:
+    yield
+  finally:
+    tf.train.CheckpointSaverHook = saved
+    writer_cache.FileWriterCache.clear()
+
+
 def latest_step(model_dir):
   """Global step of the latest checkpoint in model_dir, or None."""
   path = tf.train.latest_checkpoint(model_dir) if tf.io.gfile.exists(
@@ -621,7 +810,8 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
                 train_dataset_fn, train_steps, ensemble_inputs,
                 dataset_split="train", skip_seen_data=False,
                 seen_data_init_step=0, checkpoint_input_pipeline=False,
-                seed=1234, log_every_steps=1, print_every_secs=10.0):
+                seed=1234, log_every_steps=1, print_every_secs=10.0,
+                keep_checkpoint_steps=(), write_graph=False, hooks=()):
   """utils.run's train_model_fn: mtf's train_model, reproducible and logged.
 
   Same arguments as mesh_tensorflow.transformer.utils.train_model, plus:
@@ -630,6 +820,16 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
     seed: graph-level seed (initialisation and any random op).
     log_every_steps: a train_log.csv row every this many steps.
     print_every_secs: a progress line at most this often.
+    keep_checkpoint_steps: steps whose checkpoints are never deleted (e.g.
+      the sweep's eval steps), besides the last utils.run.keep_checkpoint_max
+      ones, the step this run starts from and the steps in
+      eval_results.csv.
+    write_graph: also write graph.pbtxt, model.ckpt-N.meta and the graph to
+      the events file (each about the size of the graph, e.g. 10 MB).
+    hooks: extra tf.train.SessionRunHook objects.
+  Raises:
+    TrainingError: an op failed (the first failure stops the run).
+    Interrupted: Ctrl-C.
   """
   del vocabulary
   if checkpoint_input_pipeline:
@@ -657,18 +857,32 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
   hook = progress.ProgressHook(model_dir, train_steps,
                                log_every_steps=log_every_steps,
                                print_every_secs=print_every_secs)
+  keeper = _CheckpointKeeper(model_dir, list(keep_checkpoint_steps or ())
+                             + [start])
+  events_before = _events_files(model_dir)
   try:
-    estimator.train(input_fn=input_fn, max_steps=train_steps,
-                    hooks=[OrderReadsBeforeWritesHook(), hook])
-  except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError) as e:
-    if start and ("checkpoint" in str(e).lower() or "restor" in str(e).lower()
-                  or "Key " in str(e)):
+    with _no_session_recovery(bool(estimator.config.master)), \
+        _checkpoint_policy(model_dir, keeper, write_graph):
+      estimator.train(input_fn=input_fn, max_steps=train_steps,
+                      hooks=[OrderReadsBeforeWritesHook(), hook] +
+                      list(hooks or ()))
+  except tf.errors.OpError as e:
+    _discard_failed_attempt(model_dir, start, events_before)
+    if start and isinstance(e, (tf.errors.NotFoundError,
+                                tf.errors.InvalidArgumentError)) and (
+                                    "checkpoint" in str(e).lower() or
+                                    "restor" in str(e).lower() or
+                                    "Key " in str(e)):
       raise ConfigError(
           "the checkpoint in %s (step %d) does not match this configuration "
           "(%s). Use the gin files it was trained with (see its "
           "operative_config.gin) or a new --model_dir."
-          % (model_dir, start, str(e).splitlines()[0]))
-    raise
+          % (model_dir, start, str(e).splitlines()[0])) from None
+    raise TrainingError(_op_error_message(e, model_dir, hook.last_step)) \
+        from None
+  except KeyboardInterrupt:
+    _discard_failed_attempt(model_dir, start, events_before)
+    raise Interrupted(model_dir, latest_step(model_dir)) from None
 
 
 def _check_model_dir(model_dir):
@@ -684,7 +898,7 @@ def _run(model_dir, tpu, tpu_zone, gcp_project, fn, settings):
   """utils.run with `fn` as its train_model_fn (see module docstring)."""
   devices = None if tpu else mesh_devices(settings.mesh_shape)
   kwargs = {} if fn is None else {"train_model_fn": fn}
-  with gin.unlock_config():
+  with gin.unlock_config(), _no_session_recovery(tpu):
     mtf_utils.run(tpu_job_name=None, tpu=tpu, gcp_project=gcp_project,
                   tpu_zone=tpu_zone, model_dir=model_dir,
                   mesh_devices=devices, mode="train", dataset_split="train",
@@ -720,6 +934,9 @@ def train(model_dir, gin_files=(), gin_params=(), train_steps=None, tpu=None,
   if not isinstance(settings.train_steps, int) or settings.train_steps < 1:
     raise ConfigError("train_steps must be a positive integer, got %r"
                       % (settings.train_steps,))
+  if latest_step(model_dir) is not None:
+    check_checkpoint_matches([tf.train.latest_checkpoint(model_dir)],
+                             settings)
   tf.io.gfile.makedirs(model_dir)
   _run(model_dir, tpu, tpu_zone, gcp_project, None, settings)
   return progress.read_train_log(model_dir)
@@ -759,6 +976,73 @@ def _checkpoint_paths(model_dir, steps):
           % (step, model_dir, ", ".join(str(s) for s in available)))
     out.append((step, os.path.join(model_dir, "model.ckpt-%d" % step)))
   return out
+
+
+def configured_variables(settings):
+  """{name: shape} of the configured model's variables, without a session.
+
+  Builds the model's mtf graph (no lowering, no gradients, no optimizer) in
+  a throw-away tf.Graph: a few seconds even for a base model, and nothing is
+  written anywhere.  Names are those of the checkpoint's variables.
+  """
+  vocab_size = _vocab_size()
+  lengths = settings.sequence_length
+  with tf.Graph().as_default():
+    model = mtf_utils.build_model(
+        model_type=settings.model_type, input_vocab_size=vocab_size,
+        output_vocab_size=vocab_size, layout_rules=settings.layout,
+        mesh_shape=settings.mesh_shape or mtf.Shape([]))
+    graph = mtf.Graph()
+    mesh = mtf.Mesh(graph, "shapes")
+    batch = mtf.Dimension("batch", settings.batch_size)
+
+    def ids(key):
+      length = mtf.Dimension("length", lengths.get(key) or lengths["targets"])
+      return mtf.zeros(mesh, mtf.Shape([batch, length]), tf.int32)
+
+    targets = ids("targets")
+    if settings.model_type in ("lm", "delimited_lm"):
+      inputs = transformer.autoregressive_inputs(targets)
+    else:
+      inputs = ids("inputs")
+    model.call_simple(inputs=inputs, targets=targets, compute_loss=True,
+                      mode="train",
+                      variable_dtype=mtf_utils.get_variable_dtype())
+    return {v.name: v.shape.to_integer_list for v in graph.all_variables}
+
+
+def check_checkpoint_matches(checkpoint_paths, settings, flag="--model_dir",
+                             missing_ok=False):
+  """The checkpoints hold every configured variable in its shape.
+
+  Args:
+    checkpoint_paths: checkpoint prefixes (model_dir/model.ckpt-N).
+    settings: the configured run's Settings.
+    flag: the flag that named their directory, for the message.
+    missing_ok: only compare shapes (fine-tuning starts from a checkpoint
+      that may lack new variables).
+  Raises:
+    ConfigError: one line naming the first mismatching variable and both
+      shapes, before any graph or event is written.
+  """
+  configured = sorted(configured_variables(settings).items())
+  for path in checkpoint_paths:
+    stored = dict(tf.train.list_variables(path))
+    for name, shape in configured:
+      if name not in stored and missing_ok:
+        continue
+      if name in stored and list(stored[name]) == list(shape):
+        continue
+      model_dir = os.path.dirname(path)
+      found = ("has no variable %s (shape %s in this configuration)" % (
+          name, list(shape)) if name not in stored else
+               "has %s of shape %s but this configuration makes it %s" % (
+                   name, list(stored[name]), list(shape)))
+      raise ConfigError(
+          "%s %s: checkpoint %s %s; the model was trained with other gin "
+          "files (see %s): use those, or another %s" % (
+              flag, model_dir, os.path.basename(path), found,
+              os.path.join(model_dir, "operative_config.gin"), flag))
 
 
 def _match_checkpoint_dtype(checkpoint_path):
@@ -892,6 +1176,7 @@ def evaluate(model_dir, gin_files=(), gin_params=(), checkpoint_steps=None,
   parse_gin(_operative_gin(model_dir, gin_files), gin_params)
   _match_checkpoint_dtype(checkpoints[-1][1])
   settings, _ = preflight(tpu)
+  check_checkpoint_matches([path for _, path in checkpoints], settings)
   options = evaluate_checkpoints()
   options["mixture_or_task_name"] = (options["mixture_or_task_name"] or
                                      settings.mixture)
@@ -984,6 +1269,7 @@ def decode(model_dir, gin_files=(), gin_params=(), inputs=None,
         "decode needs an encoder-decoder (T5, model_type bitransformer) "
         "model; this one is %r: score it with mtf_th eval" %
         settings.model_type)
+  check_checkpoint_matches([checkpoint[1]], settings)
   if inputs is not None and not all(isinstance(s, str) and s.strip()
                                     for s in inputs):
     raise ConfigError("--inputs: every input must be a non-empty string")
@@ -1043,6 +1329,11 @@ def finetune(model_dir, pretrained_model_dir, gin_files=(), gin_params=(),
     gin.bind_parameter("utils.run.seen_data_init_step", step)
   _require_train_fn()
   settings, _ = preflight(tpu)
+  check_checkpoint_matches([path], settings, "--pretrained_model_dir",
+                           missing_ok=True)
+  if latest_step(model_dir) is not None:
+    check_checkpoint_matches([tf.train.latest_checkpoint(model_dir)],
+                             settings)
   tf.io.gfile.makedirs(model_dir)
   print("[finetune] from %s (step %d) to step %d in %s"
         % (path, step, step + finetune_steps, model_dir), file=sys.stderr,

@@ -26,11 +26,13 @@ def main(argv=None):
   parser.add_argument("--checkpoint_step", type=int, default=None)
   parser.add_argument("--finetune_steps", type=train_command.positive_int,
                       default=None)
+  train_command.add_checkpoint_flags(parser)
   argv = sys.argv[1:] if argv is None else argv
 
   def body(args, training):
     rows = training.finetune(args.model_dir, args.pretrained_model_dir,
-                             args.gin_file, args.gin_param,
+                             args.gin_file, args.gin_param +
+                             train_command.checkpoint_params(args),
                              finetune_steps=args.finetune_steps,
                              checkpoint_step=args.checkpoint_step,
                              tpu=args.tpu, tpu_zone=args.tpu_zone,

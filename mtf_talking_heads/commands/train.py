@@ -11,7 +11,11 @@ utils.run.mesh_shape / utils.run.layout_rules) and schedule comes from gin.
 Writes checkpoints, operative_config.gin, TensorBoard events and
 <model_dir>/train_log.csv (step,loss,steps_per_sec,elapsed_sec); progress
 lines (steps/s, ETA, loss) go to stderr.  Configuration errors exit with
-status 2 and one message, before any graph is built.
+status 2 and one message, before any graph is built; a failing op stops the
+run at once with one message and status 1; Ctrl-C prints the last
+checkpoint and the command that resumes, status 130.  Keeps the last
+--keep_checkpoint_max checkpoints (5) plus --keep_checkpoint_steps; no
+graph.pbtxt unless --write_graph.
 """
 import argparse
 import sys
@@ -57,18 +61,55 @@ def setup_logging(verbose):
   absl_logging.set_verbosity("info" if verbose else "error")
 
 
+def announce(prog, args):
+  """The first line, before the slow imports and the graph build."""
+  what = " + ".join(args.gin_file) or "the model's operative_config.gin"
+  print("[%s] %s in %s: loading TensorFlow and building the graph ..."
+        % (prog.split()[-1], what, args.model_dir), file=sys.stderr,
+        flush=True)
+
+
+def _interrupted(prog, argv, e):
+  """One line for Ctrl-C: the last checkpoint and the command that resumes."""
+  step = getattr(e, "checkpoint_step", None)
+  if not hasattr(e, "model_dir"):
+    return "%s: interrupted" % prog
+  if step is None:
+    return ("%s: interrupted before the first checkpoint of %s; rerun to "
+            "start again: %s" % (prog, e.model_dir, _command(prog, argv)))
+  return ("%s: interrupted; the last checkpoint of %s is step %d; resume "
+          "with: %s" % (prog, e.model_dir, step, _command(prog, argv)))
+
+
+def _command(prog, argv):
+  import shlex  # pylint: disable=g-import-not-at-top
+  return " ".join([prog, shlex.join(argv)])
+
+
 def run_command(prog, parser, argv, body):
-  """Parses argv, runs body(args); ConfigError/usage errors -> status 2."""
+  """Parses argv, runs body(args).
+
+  Exit status: 2 for ConfigError/usage errors, 1 when an op failed
+  (training.TrainingError), 130 on Ctrl-C; each with one line on stderr.
+  """
   args = commands.parse(parser, argv)
   if isinstance(args, int):
     return args
-  setup_logging(args.verbose)
-  from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
   try:
+    announce(prog, args)
+    setup_logging(args.verbose)
+    from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
     return body(args, training) or 0
-  except training.ConfigError as e:
+  except KeyboardInterrupt as e:
+    print(_interrupted(prog, argv, e), file=sys.stderr)
+    return 130
+  except (ValueError, RuntimeError) as e:
+    training = sys.modules.get("mtf_talking_heads.training")
+    if training is None or not isinstance(
+        e, (training.ConfigError, training.TrainingError)):
+      raise
     print("%s: error: %s" % (prog, e), file=sys.stderr)
-    return 2
+    return 2 if isinstance(e, training.ConfigError) else 1
 
 
 def _positive_int(text):
@@ -86,15 +127,58 @@ def _positive_int(text):
 positive_int = _positive_int
 
 
+def _steps_list(text):
+  try:
+    steps = [int(t) for t in text.split(",") if t.strip()]
+  except ValueError:
+    steps = None
+  if not steps or min(steps) < 0:
+    raise argparse.ArgumentTypeError(
+        "must be comma-separated non-negative steps, e.g. 250,2000; got %r"
+        % text)
+  return steps
+
+
+def add_checkpoint_flags(parser):
+  """--keep_checkpoint_max, --keep_checkpoint_steps, --write_graph."""
+  parser.add_argument("--keep_checkpoint_max", type=positive_int,
+                      default=None,
+                      help="keep the last N checkpoints (default: gin macro "
+                           "keep_checkpoint_max, 5)")
+  parser.add_argument("--keep_checkpoint_steps", type=_steps_list,
+                      default=None,
+                      help="never delete the checkpoints of these steps, "
+                           "e.g. the steps you will evaluate: 250,2000")
+  parser.add_argument("--write_graph", action="store_true",
+                      help="also write graph.pbtxt, *.meta and the graph "
+                           "for TensorBoard (each about the graph's size)")
+
+
+def checkpoint_params(args):
+  """Gin bindings of add_checkpoint_flags' flags."""
+  params = []
+  if args.keep_checkpoint_max is not None:
+    params.append("utils.run.keep_checkpoint_max = %d"
+                  % args.keep_checkpoint_max)
+  if args.keep_checkpoint_steps is not None:
+    params.append("mtf_th.train_model.keep_checkpoint_steps = %r"
+                  % (args.keep_checkpoint_steps,))
+  if args.write_graph:
+    params.append("mtf_th.train_model.write_graph = True")
+  return params
+
+
 def main(argv=None):
   parser = commands.ArgumentParser(prog=PROG,
                                     description=__doc__.splitlines()[0])
   add_common_flags(parser)
   parser.add_argument("--train_steps", type=positive_int, default=None,
                       help="train up to this global step")
+  add_checkpoint_flags(parser)
 
   def body(args, training):
-    rows = training.train(args.model_dir, args.gin_file, args.gin_param,
+    rows = training.train(args.model_dir, args.gin_file,
+                          args.gin_param + checkpoint_params(args),
                           train_steps=args.train_steps, tpu=args.tpu,
                           tpu_zone=args.tpu_zone, gcp_project=args.gcp_project)
     if rows:
