@@ -2,22 +2,27 @@
 """Train and evaluate one experiment on a Cloud TPU VM slice (gcloud).
 
   launch/tpu.py --dry_run --name th-exp --zone europe-west4-a \\
-      --project my-project --accelerator v3-32 --parallelism model \\
+      --project my-project --accelerator v3-32 --parallelism mixed \\
       --model_dir gs://my-bucket/runs/th24 \\
       --experiment experiments/t5_heads/07_talking_heads_24_32.gin
 
-Prints (--dry_run) or runs, in order: create the TPU VM slice, copy this
-checkout to every worker, install the pinned Python packages there (the
-image's TPU build of TensorFlow 2.15 is kept), train, evaluate, and (with
---delete) delete the slice.  The mesh follows the slice: v2/v3-N have N
-TensorCores, v4-N has N/2 devices (megacore);
+First runs `mtf_th train`'s pre-flight checks here (training.parse_gin and
+training.preflight(tpu=...)) on exactly the gin files, mesh and layout it
+will send, so a configuration that cannot train (e.g. 24 heads on model:32),
+an unknown accelerator type or a missing experiment file stops it with one
+line and status 2 before anything is created.  Then prints (--dry_run) or
+runs, in order: create the TPU VM slice, copy what a worker needs (the
+package, setup.py, requirements.lock, gin/; packed here into one tarball,
+never .venv, runs or caches) to every worker, install the pinned Python
+packages there (the image's TPU build of TensorFlow 2.15 is kept), train,
+evaluate, and (with --delete) delete the slice.  The mesh follows the slice:
+v2/v3-N have N TensorCores, v4-N has N/2 devices (megacore);
   --parallelism model   mesh_shape = 'model:<devices>'  (heads, d_ff, vocab split)
   --parallelism batch   mesh_shape = 'batch:<devices>'  (data parallel)
   --parallelism mixed   mesh_shape = 'batch:<devices/8>,model:8'
-The split dims must divide (e.g. 24 heads on model:8, not model:32):
-mtf_th checks this before it builds anything.  Activations are bfloat16 on
-TPU.  Uses TPUEstimator, so the slice needs a TF 2.15 StreamExecutor
-("-se") runtime image.  Only Python's standard library is needed here.
+Activations are bfloat16 on TPU.  Uses TPUEstimator, so the slice needs a TF
+2.15 StreamExecutor ("-se") runtime image (v2, v3, v4).  Needs this package
+importable here (for the pre-flight), e.g. from the repository's .venv.
 """
 import argparse
 import os
@@ -25,6 +30,8 @@ import re
 import shlex
 import subprocess
 import sys
+import tarfile
+import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYOUTS = {
@@ -34,13 +41,36 @@ LAYOUTS = {
 }
 
 
+# TensorCores per slice that Cloud TPU offers with the TF 2.15 StreamExecutor
+# runtime (TPUEstimator); v5e / v5p / v6e run only PJRT.
+SLICE_SIZES = {
+    2: (8, 32, 128, 256, 512),
+    3: (8, 32, 64, 128, 256, 512, 1024, 2048),
+    4: (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
+}
+# What a worker needs to install and run mtf_th (relative to the repository).
+SHIPPED = ("mtf_talking_heads", "mtf_talking_heads_startup.py", "setup.py",
+           "MANIFEST.in", "requirements.lock", "gin")
+_NOT_SHIPPED = ("__pycache__", ".pyc", ".pyo")
+
+
 def devices_of(accelerator):
   """Number of mesh devices of an accelerator type such as v3-32."""
-  match = re.fullmatch(r"v(\d)[a-z]*-(\d+)", accelerator or "")
+  match = re.fullmatch(r"v(\d)-(\d+)", accelerator or "")
+  known = ", ".join("v%d-{%s}" % (g, ",".join(map(str, sizes)))
+                    for g, sizes in sorted(SLICE_SIZES.items()))
   if not match:
-    raise ValueError("--accelerator must look like v3-8 or v3-32, got %r"
-                     % accelerator)
+    raise ValueError("--accelerator %r is not a TPU type: use one of %s"
+                     % (accelerator, known))
   generation, cores = int(match.group(1)), int(match.group(2))
+  if generation not in SLICE_SIZES:
+    raise ValueError("--accelerator %r: TPU v%d has no TensorFlow 2.15 "
+                     "StreamExecutor runtime (TPUEstimator); use one of %s"
+                     % (accelerator, generation, known))
+  if cores not in SLICE_SIZES[generation]:
+    raise ValueError("--accelerator %r: v%d slices have %s TensorCores"
+                     % (accelerator, generation,
+                        ", ".join(map(str, SLICE_SIZES[generation]))))
   return cores // 2 if generation >= 4 else cores
 
 
@@ -65,15 +95,43 @@ def runtime_version(accelerator):
   return "tpu-vm-tf-2.15.0-se" if single_host else "tpu-vm-tf-2.15.0-pod-se"
 
 
+def gin_args(args):
+  """(gin files, gin bindings) that train and eval receive."""
+  mesh, layout = mesh_for(args.accelerator, args.parallelism)
+  files = [args.experiment] + args.gin_file
+  params = ['mesh_shape = "%s"' % mesh, 'layout = "%s"' % layout,
+            'activation_dtype = "bfloat16"'] + args.gin_param
+  return files, params
+
+
+def tarball_path(args):
+  return os.path.join(tempfile.gettempdir(),
+                      "mtf_talking_heads-%s.tar.gz" % args.name)
+
+
+def _shipped(tarinfo):
+  name = os.path.basename(tarinfo.name)
+  if name in _NOT_SHIPPED or name.endswith(_NOT_SHIPPED):
+    return None
+  return tarinfo
+
+
+def pack(path, repo=REPO):
+  """Writes the tarball of SHIPPED (no caches) and returns its member names."""
+  with tarfile.open(path, "w:gz") as tar:
+    for name in SHIPPED:
+      tar.add(os.path.join(repo, name), arcname=name, filter=_shipped)
+  with tarfile.open(path) as tar:
+    return tar.getnames()
+
+
 def commands(args):
   """The gcloud commands, as argument lists."""
-  mesh, layout = mesh_for(args.accelerator, args.parallelism)
+  files, params = gin_args(args)
   where = ["--zone=%s" % args.zone, "--project=%s" % args.project]
   tpu = ["gcloud", "compute", "tpus", "tpu-vm"]
-  gin = ["--gin_file=%s" % f for f in [args.experiment] + args.gin_file]
-  gin += ["--gin_param=%s" % p for p in [
-      'mesh_shape = "%s"' % mesh, 'layout = "%s"' % layout,
-      'activation_dtype = "bfloat16"'] + args.gin_param]
+  gin = (["--gin_file=%s" % f for f in files] +
+         ["--gin_param=%s" % p for p in params])
   tpu_flags = ["--tpu=%s" % args.name, "--tpu_zone=%s" % args.zone,
                "--gcp_project=%s" % args.project,
                "--model_dir=%s" % args.model_dir]
@@ -82,7 +140,9 @@ def commands(args):
     train.append("--train_steps=%d" % args.train_steps)
   evaluate = ["mtf_th", "eval"] + tpu_flags + gin + [
       "--checkpoint_steps=%s" % args.checkpoint_steps]
-  install = ("cd ~/mtf_talking_heads && "
+  install = ("rm -rf ~/mtf_talking_heads && mkdir ~/mtf_talking_heads && "
+             "tar -xzf ~/mtf_talking_heads.tar.gz -C ~/mtf_talking_heads && "
+             "cd ~/mtf_talking_heads && "
              "grep -v -E '^(tensorflow|tensorflow-cpu|tf-keras|libtpu)==' "
              "requirements.lock > /tmp/requirements.tpu && "
              "pip install --no-deps -r /tmp/requirements.tpu && "
@@ -92,7 +152,8 @@ def commands(args):
       tpu + ["create", args.name] + where + [
           "--accelerator-type=%s" % args.accelerator,
           "--version=%s" % runtime_version(args.accelerator)],
-      tpu + ["scp", "--recurse", REPO, "%s:~/mtf_talking_heads" % args.name,
+      tpu + ["scp", tarball_path(args),
+             "%s:~/mtf_talking_heads.tar.gz" % args.name,
              "--worker=all"] + where,
       tpu + ["ssh", args.name, "--worker=all"] + where + [
           "--command=%s" % install],
@@ -106,11 +167,35 @@ def commands(args):
   return out
 
 
-def main(argv=None):
+def preflight(args):
+  """`mtf_th train`'s checks, here, on what train will parse on the slice.
+
+  Raises:
+    ValueError: with the check's message.
+  """
+  try:
+    from mtf_talking_heads import compat  # pylint: disable=g-import-not-at-top,unused-import  (first: quiet, fixed imports)
+    from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ValueError("the pre-flight needs mtf_talking_heads importable "
+                     "(run launch/tpu.py with the repository's "
+                     ".venv/bin/python): %s" % e)
+  files, params = gin_args(args)
+  extra = (["utils.run.train_steps = %d" % args.train_steps]
+           if args.train_steps else [])
+  try:
+    training.parse_gin(files, params, extra)
+    training.preflight(tpu=args.name)
+  except training.ConfigError as e:
+    raise ValueError("pre-flight of mtf_th train for %s --parallelism %s: %s"
+                     % (args.accelerator, args.parallelism, e))
+
+
+def _build_parser():
   parser = argparse.ArgumentParser(
       prog="launch/tpu.py", description=__doc__.splitlines()[0])
   parser.add_argument("--dry_run", action="store_true",
-                      help="print the commands, run nothing")
+                      help="check, then print the commands; run nothing")
   parser.add_argument("--name", required=True, help="TPU VM name")
   parser.add_argument("--zone", required=True)
   parser.add_argument("--project", required=True)
@@ -128,18 +213,31 @@ def main(argv=None):
   parser.add_argument("--checkpoint_steps", default="all")
   parser.add_argument("--delete", action="store_true",
                       help="delete the slice at the end")
+  return parser
+
+
+def main(argv=None):
+  parser = _build_parser()
   args = parser.parse_args(argv)
   try:
+    if not args.model_dir.startswith("gs://"):
+      raise ValueError("--model_dir must be a gs:// path (got %r): TPU "
+                       "workers write checkpoints to Cloud Storage"
+                       % args.model_dir)
     cmds = commands(args)
+    preflight(args)
   except ValueError as e:
-    parser.error(str(e))
-  if not args.model_dir.startswith("gs://"):
-    parser.error("--model_dir must be a gs:// path (got %r): TPU workers "
-                 "write checkpoints to Cloud Storage" % args.model_dir)
-  for cmd in cmds:
+    print("%s: error: %s" % (parser.prog, e), file=sys.stderr)
+    return 2
+  print("%s: pre-flight passed; ships %s" % (parser.prog, ", ".join(SHIPPED)),
+        file=sys.stderr)
+  for i, cmd in enumerate(cmds):
     print(" ".join(shlex.quote(c) for c in cmd), flush=True)
-    if not args.dry_run:
-      subprocess.run(cmd, check=True)
+    if args.dry_run:
+      continue
+    if i == 1:  # the copy: pack what a worker needs
+      pack(tarball_path(args))
+    subprocess.run(cmd, check=True)
   return 0
 
 
