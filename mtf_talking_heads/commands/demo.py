@@ -1,11 +1,13 @@
 """Multi-head vs talking-heads attention on a small byte-level LM: held-out loss at equal steps and equal time.
 
-  mtf_th demo [--output_dir=demo_output] [--heads=32] [--train_steps=750]
-              [--eval_every=150] [--seed=1] [--fresh]
+  mtf_th demo [--output_dir=demo_output] [--heads=8] [--train_steps=1000]
+              [--eval_every=250] [--seed=1] [--fresh]
 
 What `make demo` runs.  Trains two rows of the small-regime heads table
 (gin/experiments/lm_heads: a decoder-only LM on the bytes of the embedded
-corpus, d_model 128, h * d_k = d_model, so 32 heads have d_k = d_v = 4):
+corpus, d_model 128, h * d_k = d_model, so 8 heads have d_k = d_v = 16;
+talking heads then costs 1.17x multi-head's multiplies per attention layer,
+the paper's proportion at its 24 heads):
 multi-head and talking-heads attention with the same number of heads and
 parameters, on one CPU device (a one-device mesh: no communication, the
 cheapest layout for either; multi-device sharding is in docs/sharding.md).
@@ -19,10 +21,10 @@ each gives a curve; the demo then prints held-out ln(PPL) (nats per byte)
 with each model's steps/s, and writes <output_dir>/demo.md (that table),
 <output_dir>/curves.png (held-out loss against steps and against seconds)
 and the sweep's files (results.csv, comparison.csv, runs/).  The runs are exactly those of
-`mtf_th sweep --paper_table lm_heads --scale small` (same gin, same seed,
-constant learning rate, so the first 750 steps do not depend on the
-sweep's longer schedule): docs/results.md has the same comparison over 3
-seeds, with standard errors.  A second invocation resumes (--fresh starts
+`mtf_th sweep --paper_table lm_heads --scale small --train_steps 1000
+--eval_steps 250,500,750,1000` (same gin, same seed 1): docs/results.md has
+the same comparison over 3 seeds, with standard errors, and at 4, 16 and 32
+heads.  A second invocation resumes (--fresh starts
 over).
 """
 import os
@@ -123,12 +125,12 @@ def main(argv=None):
   parser = commands.ArgumentParser(prog=PROG,
                                     description=__doc__.splitlines()[0])
   parser.add_argument("--output_dir", default="demo_output")
-  parser.add_argument("--heads", type=train_command.positive_int, default=32,
+  parser.add_argument("--heads", type=train_command.positive_int, default=8,
                       help="head count of both models (4, 8, 16 or 32)")
   parser.add_argument("--train_steps", type=train_command.positive_int,
-                      default=750)
+                      default=1000)
   parser.add_argument("--eval_every", type=train_command.positive_int,
-                      default=150, help="held-out evaluation every N steps")
+                      default=250, help="held-out evaluation every N steps")
   parser.add_argument("--seed", type=train_command.positive_int, default=1)
   parser.add_argument("--scale", choices=("small", "tiny"), default=SCALE,
                       help="small (default): models/lm_small.gin; tiny: "
