@@ -32,6 +32,7 @@ Example:
 """
 import collections
 import csv
+import glob
 import itertools
 import json
 import math
@@ -39,6 +40,7 @@ import os
 import re
 import resource
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -988,6 +990,10 @@ class Sweep(object):
     seen, so the run follows the same curve as an uninterrupted one.  Wall
     and CPU seconds add up over the pieces (RUN_TIME in the run directory).
     """
+    if os.path.isdir(run.model_dir) and not glob.glob(
+        os.path.join(run.model_dir, "model.ckpt-*.index")):
+      shutil.rmtree(run.model_dir)  # nothing to resume from (e.g. only the
+      # small files a commit carried to another machine): start over
     os.makedirs(run.model_dir, exist_ok=True)
     log_path = os.path.join(run.model_dir, "sweep.log")
     spent = _read_run_time(run.model_dir)

@@ -30,6 +30,8 @@ from mtf_talking_heads import sweep
 TABLES = ("albert_heads", "albert_logits_weights", "bert_heads", "dp",
           "dp_enc_only", "dp_individual", "t5_enc_dec", "t5_heads",
           "t5_heads_dims", "t5_logits_weights")
+# Small-regime tables (h * d_k = d_model; tests/test_small_regime.py).
+SMALL_TABLES = ("encdec_heads", "lm_heads", "lm_variants")
 
 # The paper's (label, h, d_k) for the tables without cost columns (ALBERT,
 # BERT: tab:albert, tab:albert-logit-weight-only, tab:bert).
@@ -77,7 +79,7 @@ def _sci(cell):
 
 def test_list_paper_tables_prints_one_name_a_line(capsys):
   assert cli.main(["sweep", "--list_paper_tables"]) == 0
-  assert capsys.readouterr().out.splitlines() == list(TABLES)
+  assert capsys.readouterr().out.splitlines() == sorted(TABLES + SMALL_TABLES)
 
 
 @pytest.mark.parametrize("table", [t for t in TABLES
@@ -495,3 +497,52 @@ def test_real_tiny_sweep_two_rows(tmp_path):
   assert "2 runs, 2 already recorded" in again.stdout
   assert "[1/2]" not in again.stdout
   assert len(_read_csv(out / "results.csv")) == 2
+
+
+def test_run_in_flight_continues_from_its_checkpoint(tmp_path, fake_mtf_th):
+  """A run directory with a checkpoint is resumed (its files stay, the
+  trainer continues); one without a checkpoint starts over."""
+  launcher, calls = fake_mtf_th
+  out = tmp_path / "sweep"
+  job = _grid_sweep(out, launcher, seeds=1)
+  resumed, restarted = job.runs()[0].model_dir, job.runs()[1].model_dir
+  for model_dir in (resumed, restarted):
+    os.makedirs(model_dir)
+    with open(os.path.join(model_dir, "marker"), "w") as f:
+      f.write("from the interrupted piece")
+  with open(os.path.join(resumed, "model.ckpt-5.index"), "w") as f:
+    f.write("")
+  with open(os.path.join(resumed, sweep.RUN_TIME), "w") as f:
+    json.dump({"wall_sec": 100.0, "cpu_sec": 50.0}, f)
+  job.run()
+  assert os.path.exists(os.path.join(resumed, "marker"))
+  assert not os.path.exists(os.path.join(restarted, "marker"))
+  records = {r["row"]: r for r in _read_csv(out / "results.csv")}
+  # time spent before the interruption is added to the run's record
+  assert float(records[job.rows[0].name]["wall_sec"]) >= 100.0
+  assert float(records[job.rows[0].name]["cpu_sec"]) >= 50.0
+  assert float(records[job.rows[1].name]["wall_sec"]) < 100.0
+
+
+def test_eval_steps_give_curves_and_rows_may_be_added(tmp_path, fake_mtf_th):
+  launcher, calls = fake_mtf_th
+  out = tmp_path / "sweep"
+  rows = sweep.grid_rows({"variant": ["multi_head", "talking_heads"],
+                          "heads": [4, 8]}, {"d_k": ("div", 32, "heads")})
+  first = sweep.Sweep(rows[:2], str(out), scale="tiny", seeds=1,
+                      train_steps=20, eval_steps=(5, 10, 20),
+                      launcher=launcher, log=open(os.devnull, "w"))
+  first.run()
+  evals = _read_csv(os.path.join(first.runs()[0].model_dir,
+                                 "eval_results.csv"))
+  assert [int(r["step"]) for r in evals] == [5, 10, 20]
+  before = len(calls.read_text().splitlines())
+  grown = sweep.Sweep(rows, str(out), scale="tiny", seeds=1, train_steps=20,
+                      eval_steps=(5, 10, 20), launcher=launcher,
+                      log=open(os.devnull, "w"))
+  grown.run()  # the two recorded runs stay; only the new rows run
+  new = calls.read_text().splitlines()[before:]
+  assert {l.split()[1].split(os.sep)[-2] for l in new} == {
+      r.name for r in rows[2:]}
+  assert (out / "comparison.md").exists()
+  assert (out / sweep.CURVES_PLOT).read_bytes()[:4] == b"\x89PNG"
