@@ -761,7 +761,8 @@ def _checkpoint_policy(model_dir, keeper, write_graph):
     cache = writer_cache.FileWriterCache
     with cache._lock:  # pylint: disable=protected-access
       if model_dir not in cache._cache:  # pylint: disable=protected-access
-        cache._cache[model_dir] = tf.summary.FileWriter(model_dir)  # pylint: disable=protected-access
+        with tf.Graph().as_default():  # (FileWriter refuses eager mode)
+          cache._cache[model_dir] = tf.summary.FileWriter(model_dir)  # pylint: disable=protected-access
   try:
     yield
   finally:

@@ -203,3 +203,21 @@ def test_tpu_launch_dry_run_prints_the_commands_for_the_slice():
                        common[0:7] + common[9:], capture_output=True,
                        text=True, timeout=60)
   assert bad.returncode == 2 and "gs://" in bad.stderr
+
+
+def test_cli_says_what_it_does_before_loading_tensorflow(tmp_path):
+  import time  # pylint: disable=g-import-not-at-top
+  start = time.time()
+  proc = subprocess.Popen(
+      [MTF_TH, "train", "--model_dir", str(tmp_path / "m"), "--gin_file",
+       "models/no_such_model.gin"], cwd=str(tmp_path),
+      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  try:
+    first = proc.stderr.readline()
+    seconds = time.time() - start
+  finally:
+    proc.kill()
+    proc.wait()
+  assert first.startswith("[train] models/no_such_model.gin in "), first
+  assert "building the graph" in first
+  assert seconds < 5, seconds  # ~0.5 s idle; TensorFlow's import takes 5-20 s
