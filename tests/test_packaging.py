@@ -68,3 +68,69 @@ def test_a_wheel_carries_the_gin_files(tmp_path):
       capture_output=True, text=True, timeout=300)
   assert found.stdout.strip().splitlines()[-1] == str(
       site / "mtf_talking_heads" / "gin"), found.stderr[-2000:]
+
+
+PTH = "mtf_talking_heads_startup.pth"
+PTH_LINE = ("import mtf_talking_heads_startup; "
+            "mtf_talking_heads_startup.install()\n")
+
+
+def test_a_wheel_installs_the_startup_hook_and_it_mends_mtf(tmp_path):
+  """The wheel's .pth makes `import mesh_tensorflow` work in a fresh Python.
+
+  (`t5_mesh_transformer` imports mesh_tensorflow before --module_import.)
+  """
+  pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+  subprocess.run(pip + ["wheel", "-q", "--no-deps", "--no-build-isolation",
+                        "-w", str(tmp_path), str(REPO)],
+                 check=True, capture_output=True, timeout=300)
+  (wheel,) = tmp_path.glob("mtf_talking_heads-*.whl")
+  with zipfile.ZipFile(wheel) as z:
+    assert z.read(PTH).decode() == PTH_LINE
+    assert "mtf_talking_heads_startup.py" in z.namelist()
+  site = tmp_path / "site"
+  subprocess.run(pip + ["install", "-q", "--no-deps", "--target", str(site),
+                        str(wheel)], check=True, capture_output=True,
+                 timeout=300)
+  # -S: no site-packages processing, so only the wheel's .pth (addsitedir)
+  # can mend mtf; the venv's packages come on sys.path without their .pth.
+  venv_site = [p for p in sys.path if p.endswith("site-packages")][0]
+  script = ("import site, sys; sys.path.append(%r); site.addsitedir(%r); "
+            "import mesh_tensorflow, mtf_talking_heads_startup as s; "
+            "print(s.__file__); "
+            "print(sys.modules['mtf_talking_heads.compat'].__file__)"
+            % (venv_site, str(site)))
+  proc = subprocess.run([sys.executable, "-S", "-c", script],
+                        cwd=str(tmp_path), capture_output=True, text=True,
+                        timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  startup, compat = proc.stdout.splitlines()[-2:]
+  assert startup.startswith(str(site)) and compat.startswith(str(site))
+
+
+def test_an_editable_install_installs_the_startup_hook(tmp_path):
+  """`pip install -e .` (the Makefile) gets the same .pth file."""
+  script = ("import setuptools.build_meta as b; "
+            "print(b.build_editable(%r))" % str(tmp_path))
+  proc = subprocess.run([sys.executable, "-c", script], cwd=str(REPO),
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  (wheel,) = tmp_path.glob("mtf_talking_heads-*.whl")
+  with zipfile.ZipFile(wheel) as z:
+    assert z.read(PTH).decode() == PTH_LINE
+    finder = [n for n in z.namelist() if n.endswith("_finder.py")]
+    mapping = z.read(finder[0]).decode() if finder else ""
+  assert "'mtf_talking_heads_startup'" in mapping
+
+
+def test_the_startup_hook_costs_nothing_without_mesh_tensorflow():
+  """Python start-up (with the installed .pth) imports nothing heavy."""
+  proc = subprocess.run(
+      [sys.executable, "-X", "importtime", "-c",
+       "import sys; print(sorted(m for m in sys.modules if m.startswith("
+       "('tensorflow', 'mesh_tensorflow', 'mtf_talking_heads', 'gin'))))"],
+      capture_output=True, text=True, timeout=120)
+  assert proc.stdout.strip() == "['mtf_talking_heads_startup']", proc.stdout
+  (ours,) = [l for l in proc.stderr.splitlines()
+              if l.endswith(" mtf_talking_heads_startup")]
+  assert int(ours.split("|")[1]) < 20000, ours  # cumulative microseconds
