@@ -1,0 +1,135 @@
+"""Commands are quiet and the light ones prompt (compat.py, the start-up hook).
+
+* `mtf_th --help`, `mtf_th costs`, `mtf_th sweep --list_paper_tables` and
+  the plan of `mtf_th sweep --dry_run` import no TensorFlow or mtf (the
+  console script asks the package for a light import).
+* Without --verbose, `mtf_th train` shows none of TF's three CUDA-plugin "E"
+  lines, setuptools' pkg_resources warning or mtf's per-step tf.Print; with
+  --verbose they are back.
+"""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+BIN = os.path.dirname(sys.executable)
+MTF_TH = os.path.join(BIN, "mtf_th")
+NOISE = ("Unable to register cuDNN factory", "pkg_resources is deprecated",
+         "tf_loss")
+HEAVY = re.compile(r"\|\s+(tensorflow|mesh_tensorflow|gin\.tf)(\.|$)")
+
+LIGHT_COMMANDS = [
+    ["--help"],
+    ["costs", "--variant", "talking_heads", "--heads", "24", "--d_k", "32",
+     "--d_v", "32", "--d_model", "768", "--length", "512"],
+    ["costs", "--paper_table", "t5_heads", "--format", "md"],
+    ["sweep", "--list_paper_tables"],
+]
+
+
+@pytest.mark.parametrize("argv", LIGHT_COMMANDS,
+                         ids=[" ".join(a[:2]) for a in LIGHT_COMMANDS])
+def test_light_commands_import_no_tensorflow(argv, tmp_path):
+  proc = subprocess.run([MTF_TH] + argv, cwd=str(tmp_path),
+                        env=dict(os.environ, PYTHONPROFILEIMPORTTIME="1"),
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  heavy = [l for l in proc.stderr.splitlines() if HEAVY.search(l)]
+  assert not heavy, heavy[:5]
+
+
+_FIRST_LINE = r"""
+import sys, time
+import mtf_talking_heads_startup as startup
+start = time.time()
+
+
+class Out(object):
+
+  def __init__(self, stream):
+    self.stream, self.seen = stream, False
+
+  def write(self, text):
+    if text and not self.seen:
+      self.seen = True
+      sys.stderr.write("FIRST %.2f %s\n" % (time.time() - start,
+                                            "tensorflow" in sys.modules))
+    return self.stream.write(text)
+
+  def flush(self):
+    self.stream.flush()
+
+
+sys.stdout = Out(sys.stdout)
+sys.argv = ["mtf_th"] + sys.argv[1:]
+sys.exit(startup.mtf_th())
+"""
+
+
+def test_sweep_dry_run_prints_its_plan_before_importing_tensorflow(tmp_path):
+  proc = subprocess.run(
+      [sys.executable, "-c", _FIRST_LINE, "sweep", "--dry_run",
+       "--paper_table", "t5_heads", "--rows", "1,7", "--output_dir",
+       str(tmp_path / "out")], capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  (first,) = [l for l in proc.stderr.splitlines() if l.startswith("FIRST ")]
+  assert first.split()[2] == "False", first  # no TensorFlow yet
+  assert "pre-flight of `mtf_th train` passed for all 2 rows" in proc.stderr
+
+
+def test_sweep_dry_run_reports_a_row_that_fails_the_pre_flight(tmp_path):
+  # 24 heads do not split over model:16 (row 7); 12 heads (row 2) do not either
+  proc = subprocess.run(
+      [MTF_TH, "sweep", "--dry_run", "--paper_table", "t5_heads", "--rows",
+       "7", "--mesh_shape", "model:16", "--layout", "heads:model",
+       "--output_dir", str(tmp_path / "out")],
+      capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 2
+  assert proc.stdout.startswith("# 1 runs")  # the plan is still printed
+  errors = [l for l in proc.stderr.splitlines() if "error" in l]
+  assert "row 07_talking_heads_24_32" in errors[0]
+  assert "'heads' (size 24)" in errors[0] and "model:16" in errors[0]
+  assert not (tmp_path / "out").exists()
+
+
+def _train(tmp_path, *extra):
+  return subprocess.run(
+      [MTF_TH, "train", "--model_dir", str(tmp_path / "m"), "--train_steps",
+       "2", "--gin_file", "experiments/t5_heads/06_talking_heads_12_64.gin",
+       "--gin_file", "models/t5_tiny.gin"] + sum(
+           (["--gin_param", p] for p in
+            ["heads_k = 4", "heads = 4", "heads_v = 4", "d_k = 16",
+             "d_v = 16", "save_checkpoints_steps = 2"]), []) + list(extra),
+      cwd=str(tmp_path), capture_output=True, text=True, timeout=900)
+
+
+def test_train_is_quiet_without_verbose(tmp_path):
+  proc = _train(tmp_path)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  for noise in NOISE:
+    assert noise not in proc.stderr, (noise, proc.stderr[-3000:])
+  assert "step 2 loss" in proc.stdout
+
+
+def test_verbose_keeps_what_compat_hides(tmp_path):
+  raw = subprocess.run([sys.executable, "-c", "import tensorflow"],
+                       capture_output=True, text=True, timeout=300)
+  # compat alone (the package would import mtf before set_verbose)
+  script = ("import sys, mtf_talking_heads_startup as s; "
+            "compat = s.load_compat(); "
+            "compat.set_verbose(sys.argv[1] == 'verbose'); "
+            "from mesh_tensorflow.transformer import utils; "
+            "print(type(utils.tf).__name__, utils.tf.Print(1, [2]))")
+  quiet, verbose = [subprocess.run(
+      [sys.executable, "-c", script, mode], capture_output=True, text=True,
+      timeout=300) for mode in ("quiet", "verbose")]
+  assert quiet.returncode == 0 and verbose.returncode == 0, quiet.stderr
+  # tf.Print passes its input through unless --verbose
+  assert quiet.stdout.split() == ["_TfWithoutPrint", "1"]
+  assert verbose.stdout.split()[0] != "_TfWithoutPrint"
+  assert "pkg_resources is deprecated" in verbose.stderr
+  assert "pkg_resources is deprecated" not in quiet.stderr
+  if NOISE[0] in raw.stderr:  # this TF build logs the CUDA-plugin lines
+    assert NOISE[0] in verbose.stderr and NOISE[0] not in quiet.stderr
