@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all demo test test-fast venv clean
+.PHONY: all demo test test-fast test-onednn venv clean
 
 all: test
 
@@ -25,9 +25,23 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/mtf_th demo
 
-# The whole suite (what CI runs): about 20 minutes on 2 cores.
+# The whole suite (what CI runs): about 20 minutes on 2 cores, then the
+# strategy tests again with oneDNN's kernels (test-onednn).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
+	$(MAKE) --no-print-directory test-onednn
+
+# The split strategies' cores run again with TF's oneDNN kernels forced on
+# (TF 2.15's default on recent Intel CPUs, off on many AMD ones), whose
+# Softmax refuses tensors of more than 5 dims (docs/sharding.md): every
+# non-matrix test of test_strategies.py (768 heads, errors, gin, greedy
+# decoding) and the batch:2 x model:4 column of its matrix, where the split
+# cores have the most dims.  tests/test_kernel_ranks.py checks the ranks of
+# every strategy's graphs statically in the main run.  About 3 minutes.
+ONEDNN_TESTS := tests/test_strategies.py
+ONEDNN_SELECT := not test_sharded_equals_unsharded or batch2xmodel4
+test-onednn: $(STAMP)
+	TF_ENABLE_ONEDNN_OPTS=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS) -k "$(ONEDNN_SELECT)" $(ONEDNN_TESTS)
 
 # The quick loop while developing: every test except those marked slow
 # (the full sharding matrices, the real sweep, fine-tuning, stock t5 script).

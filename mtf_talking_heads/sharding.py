@@ -249,13 +249,44 @@ def project_heads(p, x, reduced, new):
   return mtf.custom_gradient(fn, grad_fn, [p, x])
 
 
+def on_rows(fn):
+  """fn applied to its inputs viewed as rows [-1, innermost dim], reshaped back.
+
+  TF's CPU kernels are not all rank-free: with oneDNN (TF 2.15's default on
+  recent Intel CPUs, or TF_ENABLE_ONEDNN_OPTS=1) Softmax accepts at most 5
+  dims ("Input dims must be <= 5 and >=1"), and a split core's n x m x heads
+  slices have 6 (batch, core_shard, batch_per_shard, heads, n, m).  A row
+  view of a contiguous tensor is free, and a row-wise fn gives the same
+  numbers.
+
+  Args:
+    fn: a function of tf tensors of one shape [..., m] that works row by
+      row over the innermost dim and returns a tensor of that shape.
+  Returns:
+    A function of the same tensors that hands fn 2-D [-1, m] views.
+  """
+  def rows_fn(*xs):
+    shape = xs[0].shape.as_list()  # mtf slices have static shapes
+    rows = [tf.reshape(x, [-1, shape[-1]]) for x in xs]
+    return tf.reshape(fn(*rows), shape)
+  return rows_fn
+
+
+def _softmax_grad(w, dy):
+  """dL = W (dW - sum_m dW W) for rows W = softmax(L), dW = dy."""
+  return w * (dy - tf.reduce_sum(dy * w, -1, keepdims=True))
+
+
 def softmax_last(logits, memory_length):
   """W = softmax(L) over memory_length, L's innermost dim, as one TF op.
 
   mtf.softmax is five mtf ops (max, subtract, exp, sum, divide), each a pass
   over the n x m x heads tensor, and as many again in the backward pass;
   tf.nn.softmax makes two, and the gradient dL = W (dW - sum_m dW W) one
-  slicewise op.  memory_length may not be split across devices.
+  slicewise op.  memory_length may not be split across devices.  Both run
+  on 2-D [-1, memory_length] views of the slices (on_rows), so no kernel
+  sees more than the 5 dims oneDNN's Softmax accepts, whatever the
+  strategy adds.
   """
   if logits.shape.dims[-1] != memory_length:
     raise ValueError("softmax_last needs memory_length innermost, got %s"
@@ -265,13 +296,14 @@ def softmax_last(logits, memory_length):
   def grad_fn(op, dy):
     w = op.outputs[0]
     return [mtf.slicewise(
-        lambda w, dy: w * (dy - tf.reduce_sum(dy * w, -1, keepdims=True)),
-        [w, dy], output_shape=w.shape, output_dtype=w.dtype,
-        splittable_dims=splittable, grad_function=0, name="softmax_grad")]
+        on_rows(_softmax_grad), [w, dy], output_shape=w.shape,
+        output_dtype=w.dtype, splittable_dims=splittable, grad_function=0,
+        name="softmax_grad")]
 
-  return mtf.slicewise(tf.nn.softmax, [logits], output_shape=logits.shape,
-                       output_dtype=logits.dtype, splittable_dims=splittable,
-                       grad_function=grad_fn, name="softmax")
+  return mtf.slicewise(on_rows(tf.nn.softmax), [logits],
+                       output_shape=logits.shape, output_dtype=logits.dtype,
+                       splittable_dims=splittable, grad_function=grad_fn,
+                       name="softmax")
 
 
 def ordered_core(q, k, v, memory_length, dims, p_l=None, p_w=None,

@@ -18,7 +18,8 @@
    dim and the mesh axis: from check() (no graph) and, as a net, while the
    graph is built.
 4. gin selects strategies; greedy decoding (first_part + incremental) under
-   BatchSplit and QuerySplit on model:2 equals the unsharded model's.
+   BatchSplit and QuerySplit on model:2 and batch:2 x model:4 equals the
+   unsharded model's.
 """
 import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 import numpy as np
@@ -29,21 +30,12 @@ from mtf_talking_heads import comm
 from mtf_talking_heads import harness
 from mtf_talking_heads import layers
 from mtf_talking_heads import sharding
+import _strategy_util as su
 
-D_MODEL, VOCAB, BATCH, LENGTH = 16, 32, 8, 8
+D_MODEL, VOCAB, BATCH, LENGTH = su.D_MODEL, su.VOCAB, su.BATCH, su.LENGTH
 TOL = 2e-5  # max |sharded - unsharded| / max |unsharded|; the core is float32
 
-MODELS = {
-    "mha": lambda s: layers.MultiHeadAttention(heads=8, d_k=2, d_v=3,
-                                               strategy=s),
-    "th": lambda s: layers.TalkingHeadsAttention(
-        heads_k=8, heads=16, heads_v=8, d_k=2, d_v=3, strategy=s),
-    "logits": lambda s: layers.ProjectLogitsAttention(
-        heads_k=16, heads=8, d_k=2, d_v=3, strategy=s),
-    "dynamic": lambda s: layers.DynamicProjectionsAttention(
-        heads_k=8, heads=8, heads_v=16, d_k=2, d_v=3, dynamic_init_scale=1.0,
-        strategy=s),
-}
+MODELS = su.MODELS
 MESHES = {
     "model2": "model:2",
     "model4": "model:4",
@@ -70,17 +62,6 @@ def _cases():
         cases.append(pytest.param(model, strategy, mesh, id=case_id,
                                   marks=marks))
   return cases
-
-
-def _layer(model, strategy):
-  layer = MODELS[model](strategy)
-  layer.set_name("attention")
-  return layer
-
-
-def _impl(mesh_shape):
-  size = sharding.MeshLayout(mesh_shape, "").mesh_shape.size
-  return comm.PointToPointMeshImpl if size == 8 else None
 
 
 def _run(run):
@@ -110,7 +91,7 @@ def references():
   def get(model):
     if model not in cache:
       run = harness.Harness(
-          [_layer(model, sharding.HeadsParallel(ordered=False))],
+          [su.make_layer(model, sharding.HeadsParallel(ordered=False))],
           d_model=D_MODEL, vocab=VOCAB, batch=BATCH, length=LENGTH,
           optimizer_step=True)
       initial = run.variable_values()
@@ -124,15 +105,15 @@ def references():
 def test_sharded_equals_unsharded(references, model, strategy_name, mesh):
   mesh_shape = MESHES[mesh]
   strategy = sharding.make_strategy(strategy_name)
-  layer = _layer(model, strategy)
-  layout = comm.full_layout(
-      comm.default_layout(layer, mesh_shape, D_MODEL), strategy)
+  layer = su.make_layer(model, strategy)
+  layout = su.layout_for(layer, mesh_shape, strategy)
   strategy.check(layer.dims, mesh_shape, layout, BATCH, LENGTH)
   initial, want = references(model)
 
   run = harness.Harness([layer], d_model=D_MODEL, vocab=VOCAB, batch=BATCH,
                         length=LENGTH, mesh_shape=mesh_shape, layout=layout,
-                        optimizer_step=True, mesh_impl_cls=_impl(mesh_shape))
+                        optimizer_step=True,
+                        mesh_impl_cls=su.impl_cls(mesh_shape))
   try:
     assert sorted(run.variables) == sorted(initial)
     run.assign(initial)
@@ -171,7 +152,7 @@ def test_768_heads_tiny_trains_query_split_on_8_devices():
   layer = make(sharding.QuerySplit())
   layout = "heads_k:model;heads_v:model;core_shard:model"
   run = harness.Harness([layer], mesh_shape="model:8", layout=layout,
-                        mesh_impl_cls=_impl("model:8"), **kwargs)
+                        mesh_impl_cls=su.impl_cls("model:8"), **kwargs)
   try:
     run.assign(ref.variable_values())
     want, got = [], []
@@ -246,7 +227,7 @@ def test_measure_fails_before_building_a_graph(monkeypatch):
 
 def test_graph_build_fails_on_a_layout_the_strategy_cannot_serve():
   """Without check(): the strategy reads the layout from the model."""
-  layer = _layer("th", sharding.QuerySplit())
+  layer = su.make_layer("th", sharding.QuerySplit())
   with pytest.raises(ValueError, match="'length'.*'model'"):
     harness.Harness([layer], d_model=D_MODEL, vocab=VOCAB, batch=BATCH,
                     length=12, mesh_shape="model:8", layout=TH_LAYOUT,
@@ -289,50 +270,37 @@ def test_strategies_are_selected_by_gin():
 
 
 def _greedy_decode(strategy, mesh_shape, layout, values=None):
-  """Greedy decoding (first_part + incremental) of a one-layer model."""
-  import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
-  from mesh_tensorflow.transformer import transformer  # pylint: disable=g-import-not-at-top
-  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
-  harness.parse_mtf_defaults()
-  graph = tf.Graph()
-  with graph.as_default():
-    tf.set_random_seed(1)
-    mtf_graph = mtf.Graph()
-    mesh = mtf.Mesh(mtf_graph, "mesh")
-    layer = _layer("th", strategy)
-    model = transformer.Unitransformer(
-        layer_stack=transformer.LayerStack([layer]), d_model=D_MODEL,
-        input_vocab_size=VOCAB, output_vocab_size=VOCAB, autoregressive=True,
-        max_length=LENGTH, layout=layout, mesh_shape=mesh_shape)
-    prefix = np.zeros((BATCH, LENGTH), np.int32)
-    prefix[:, :2] = np.random.RandomState(0).randint(1, VOCAB, (BATCH, 2))
-    ids = mtf.import_tf_tensor(
-        mesh, tf.constant(prefix),
-        [mtf.Dimension("batch", BATCH), mtf.Dimension("length", LENGTH)])
-    decoded = model.sample_autoregressive(
-        ids, temperature=0.0, stop_at_token=10 * VOCAB,
-        variable_dtype=mtf.VariableDType(tf.float32, tf.float32, tf.float32))
-    lowering = mtf.Lowering(
-        mtf_graph, {mesh: harness.mesh_impl(mesh_shape, layout)},
-        autostack=False)
-    decoded = lowering.export_to_tf_tensor(decoded)
-    variables = {v.name: v for v in mtf_graph.trainable_variables}
-    exported = {n: lowering.export_to_tf_tensor(v.outputs[0])
-                for n, v in variables.items()}
-    with tf.Session(graph=graph) as session:
-      session.run(tf.global_variables_initializer())
-      for name, v in variables.items():
-        if values is not None:
-          v.get_master().load(values[name], session)
-      session.run(lowering.copy_masters_to_slices())
-      return session.run(decoded), session.run(exported)
+  """Greedy decoding (first_part + incremental) of a two-layer model.
+
+  Two layers, so that first_part's core runs (see su.GreedyDecode).
+  """
+  stack = [su.make_layer("th", strategy) for _ in range(2)]
+  for i, layer in enumerate(stack):
+    layer.set_name("attention_%d" % i)
+  return su.GreedyDecode(stack, mesh_shape, layout,
+                         su.impl_cls(mesh_shape)).run(values)
 
 
-def test_greedy_decoding_under_split_strategies_equals_unsharded():
+@pytest.fixture(scope="module")
+def unsharded_decode():
+  """(decoded ids, weights) of the unsharded talking-heads model."""
+  return _greedy_decode(sharding.HeadsParallel(ordered=False), "", "")
+
+
+@pytest.mark.parametrize("mesh_shape, layout", [
+    pytest.param("model:2", TH_LAYOUT, id="model2"),
+    pytest.param("batch:2;model:4", "batch:batch;" + TH_LAYOUT,
+                 id="batch2xmodel4"),
+])
+def test_greedy_decoding_under_split_strategies_equals_unsharded(
+    unsharded_decode, mesh_shape, layout):
   """first_part (split core) and incremental steps (QuerySplit falls back to
-  heads-parallel, BatchSplit stays split) decode as the unsharded model."""
-  want, values = _greedy_decode(sharding.HeadsParallel(ordered=False), "",
-                                "")
+  heads-parallel, BatchSplit stays split) decode as the unsharded model.
+
+  On batch:2 x model:4 BatchSplit's first_part slices are 6-D (batch,
+  core_shard, batch_per_shard, heads, n, m), as in training.
+  """
+  want, values = unsharded_decode
   for strategy in (sharding.BatchSplit(), sharding.QuerySplit()):
-    got, _ = _greedy_decode(strategy, "model:2", TH_LAYOUT, values)
+    got, _ = _greedy_decode(strategy, mesh_shape, layout, values)
     np.testing.assert_array_equal(got, want)

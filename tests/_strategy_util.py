@@ -1,0 +1,111 @@
+"""Helpers shared by test_strategies and test_kernel_ranks.
+
+* `MODELS`, `make_layer`: the small attention layers the strategy tests use.
+* `layout_for`: the heads-parallel default layout plus a strategy's rules.
+* `impl_cls`: the mesh implementation for a mesh shape (8 devices:
+  comm.PointToPointMeshImpl, the same mtf graph in half the build time).
+* `GreedyDecode`: greedy decoding (mtf's "first_part" + "incremental" modes)
+  of a Unitransformer, lowered on a mesh; run it or inspect it.
+"""
+import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
+import mesh_tensorflow as mtf
+from mesh_tensorflow.transformer import transformer
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+from mtf_talking_heads import comm
+from mtf_talking_heads import harness
+from mtf_talking_heads import layers
+from mtf_talking_heads import sharding
+
+D_MODEL, VOCAB, BATCH, LENGTH = 16, 32, 8, 8
+
+MODELS = {
+    "mha": lambda s: layers.MultiHeadAttention(heads=8, d_k=2, d_v=3,
+                                               strategy=s),
+    "th": lambda s: layers.TalkingHeadsAttention(
+        heads_k=8, heads=16, heads_v=8, d_k=2, d_v=3, strategy=s),
+    "logits": lambda s: layers.ProjectLogitsAttention(
+        heads_k=16, heads=8, d_k=2, d_v=3, strategy=s),
+    "dynamic": lambda s: layers.DynamicProjectionsAttention(
+        heads_k=8, heads=8, heads_v=16, d_k=2, d_v=3, dynamic_init_scale=1.0,
+        strategy=s),
+}
+
+
+def make_layer(model, strategy):
+  """The layer MODELS[model] with `strategy`, named "attention"."""
+  layer = MODELS[model](strategy)
+  layer.set_name("attention")
+  return layer
+
+
+def impl_cls(mesh_shape):
+  """PointToPointMeshImpl for 8 devices, else None (mtf's default ring)."""
+  size = sharding.MeshLayout(mesh_shape, "").mesh_shape.size
+  return comm.PointToPointMeshImpl if size == 8 else None
+
+
+def layout_for(layer, mesh_shape, strategy):
+  """comm.default_layout of `layer` plus the rules `strategy` needs."""
+  return comm.full_layout(
+      comm.default_layout(layer, mesh_shape, D_MODEL), strategy)
+
+
+class GreedyDecode(object):
+  """Greedy decoding (first_part + incremental) of a model of `layers`.
+
+  The graph is built and lowered in __init__ (no session); `run` decodes.
+  With one layer, its first_part output is unused (only the caches are), so
+  TF prunes that core when it runs; a second layer keeps the first's.
+
+  Attributes:
+    graph: the tf.Graph; lowering: the mtf.Lowering.
+  """
+
+  def __init__(self, layers_, mesh_shape, layout, mesh_impl_cls=None):
+    harness.parse_mtf_defaults()
+    self.graph = tf.Graph()
+    with self.graph.as_default():
+      tf.set_random_seed(1)
+      mtf_graph = mtf.Graph()
+      mesh = mtf.Mesh(mtf_graph, "mesh")
+      model = transformer.Unitransformer(
+          layer_stack=transformer.LayerStack(layers_), d_model=D_MODEL,
+          input_vocab_size=VOCAB, output_vocab_size=VOCAB,
+          autoregressive=True, max_length=LENGTH, layout=layout,
+          mesh_shape=mesh_shape)
+      prefix = np.zeros((BATCH, LENGTH), np.int32)
+      prefix[:, :2] = np.random.RandomState(0).randint(1, VOCAB, (BATCH, 2))
+      ids = mtf.import_tf_tensor(
+          mesh, tf.constant(prefix),
+          [mtf.Dimension("batch", BATCH), mtf.Dimension("length", LENGTH)])
+      decoded = model.sample_autoregressive(
+          ids, temperature=0.0, stop_at_token=10 * VOCAB,
+          variable_dtype=mtf.VariableDType(tf.float32, tf.float32,
+                                           tf.float32))
+      self.lowering = mtf.Lowering(
+          mtf_graph,
+          {mesh: harness.mesh_impl(mesh_shape, layout, mesh_impl_cls)},
+          autostack=False)
+      self._decoded = self.lowering.export_to_tf_tensor(decoded)
+      self._variables = {v.name: v for v in mtf_graph.trainable_variables}
+      self._exported = {n: self.lowering.export_to_tf_tensor(v.outputs[0])
+                        for n, v in self._variables.items()}
+      self._init_op = tf.global_variables_initializer()
+      self._copy_op = self.lowering.copy_masters_to_slices()
+
+  def run(self, values=None):
+    """Decodes; returns (decoded ids, {variable name: value}).
+
+    Args:
+      values: optional {variable name: ndarray} to decode with (else the
+        random initialisation).
+    """
+    with self.graph.as_default(), tf.Session(graph=self.graph) as session:
+      session.run(self._init_op)
+      for name, v in self._variables.items():
+        if values is not None:
+          v.get_master().load(values[name], session)
+      session.run(self._copy_op)
+      return session.run(self._decoded), session.run(self._exported)

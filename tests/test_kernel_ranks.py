@@ -1,0 +1,104 @@
+"""No op of an attention core gets a tensor TF's CPU kernels refuse.
+
+TF 2.15's oneDNN kernels (the default on recent Intel CPUs; anywhere on x86
+with TF_ENABLE_ONEDNN_OPTS=1) limit the rank of some ops: Softmax takes at
+most 5 dims ("Input dims must be <= 5 and >=1", an AbortedError when the
+graph runs, which TF's Estimator retries forever).  The split strategies add
+dims to the n x m x heads slices: BatchSplit on batch:2;model:4 cuts the
+batch into [batch, core_shard, batch_per_shard], so L is 6-D.
+
+Here the graphs are only built and lowered (no session, so oneDNN need not
+be on): training (forward and backward, harness.Harness) and greedy decoding
+(mtf's first_part and incremental modes, _strategy_util.GreedyDecode) of
+multi-head and talking-heads layers under HeadsParallel, QuerySplit and
+BatchSplit on batch:2;model:4 and model:8, and the static rank of every
+input of every rank-limited op is checked, in the while loop's body too.
+RANK_LIMITS lists the op types that failed under oneDNN on TF 2.15.1 when
+probed once with inputs of 6 to 8 dims; BatchMatMulV2, Einsum, Transpose,
+Reshape, broadcasting Add/Sub/Mul/RealDiv/Maximum, AddN, Sum, Max, Exp,
+Rsqrt, Square, SquaredDifference, Relu, Tanh, LogSoftmax, Cast, ConcatV2
+and StridedSlice all ran.  `make test-onednn` (part of `make test`) runs the
+strategy tests themselves with TF_ENABLE_ONEDNN_OPTS=1.
+"""
+import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
+import pytest
+
+from mtf_talking_heads import harness
+from mtf_talking_heads import sharding
+import _strategy_util as su
+
+RANK_LIMITS = {"Softmax": 5}  # op type: most dims a oneDNN kernel accepts
+
+STRATEGIES = {
+    "heads_parallel": sharding.HeadsParallel,
+    "query_split": sharding.QuerySplit,
+    "batch_split": sharding.BatchSplit,
+}
+MESHES = {"batch2xmodel4": "batch:2;model:4", "model8": "model:8"}
+
+
+def _train_graph(layer, mesh_shape, layout):
+  """Forward and backward of a one-layer model, lowered."""
+  return harness.Harness(
+      [layer], d_model=su.D_MODEL, vocab=su.VOCAB, batch=su.BATCH,
+      length=su.LENGTH, mesh_shape=mesh_shape, layout=layout, run=False,
+      mesh_impl_cls=su.impl_cls(mesh_shape)).graph
+
+
+def _decode_graph(layer, mesh_shape, layout):
+  """Greedy decoding (first_part + incremental) of a one-layer model."""
+  return su.GreedyDecode([layer], mesh_shape, layout,
+                         su.impl_cls(mesh_shape)).graph
+
+
+# graph builder, and how many graphs hold the core's ops: decoding has
+# first_part in the main graph, incremental in the while loop's body
+GRAPHS = {"train": (_train_graph, 1), "decode": (_decode_graph, 2)}
+
+
+def graphs_in(graph):
+  """graph and the function graphs it holds (while-loop bodies), nested."""
+  graphs = [graph]
+  for function in graph._functions.values():  # pylint: disable=protected-access
+    graphs.extend(graphs_in(function.graph))
+  return graphs
+
+
+def limited_inputs(graph):
+  """(op name, op type, rank) of every input of a rank-limited op in graph."""
+  return [(op.name, op.type, x.shape.rank)
+          for op in graph.get_operations() if op.type in RANK_LIMITS
+          for x in op.inputs]
+
+
+def _cases():
+  """Every model x strategy x mesh x graph; in `make test-fast` the split
+  strategies on batch:2 x model:4 (their cores have the most dims)."""
+  cases = []
+  for model in ("mha", "th"):
+    for strategy in STRATEGIES:
+      for mesh in MESHES:
+        for graph in GRAPHS:
+          fast = strategy != "heads_parallel" and mesh == "batch2xmodel4"
+          cases.append(pytest.param(
+              model, strategy, mesh, graph,
+              id="%s-%s-%s-%s" % (model, strategy, mesh, graph),
+              marks=() if fast else (pytest.mark.slow,)))
+  return cases
+
+
+@pytest.mark.parametrize("model, strategy_name, mesh, graph", _cases())
+def test_no_rank_limited_op_gets_too_many_dims(model, strategy_name, mesh,
+                                               graph):
+  strategy = STRATEGIES[strategy_name]()
+  layer = su.make_layer(model, strategy)
+  mesh_shape = MESHES[mesh]
+  layout = su.layout_for(layer, mesh_shape, strategy)
+  build, parts = GRAPHS[graph]
+  seen = [limited_inputs(g) for g in graphs_in(build(layer, mesh_shape,
+                                                     layout))]
+  assert len([s for s in seen if s]) == parts, "a core's softmax is missing"
+  bad = [(name, rank) for inputs in seen for name, op_type, rank in inputs
+         if rank is None or rank > RANK_LIMITS[op_type]]
+  assert not bad, "%d inputs beyond the oneDNN rank limit, e.g. %s" % (
+      len(bad), bad[:2])
