@@ -20,8 +20,9 @@ $(STAMP): requirements.lock setup.py
 
 venv: $(STAMP)
 
-# The main job: trains tiny multi-head and talking-heads T5s on the embedded
-# corpus on a model-parallel mesh of logical CPU devices (see README).
+# The main job: trains a small byte-level language model with multi-head and
+# with talking-heads attention on the embedded corpus and compares them at
+# equal steps and equal time (see README).
 demo: $(STAMP)
 	$(BIN)/mtf_th demo
 
