@@ -890,8 +890,9 @@ class Sweep(object):
     model_dir = self.model_dir(row, seed)
     gin = self._gin_args(row, seed)
     tpu = self.tpu_flags
+    keep = ["--keep_checkpoint_steps", ",".join(map(str, self.eval_steps))]
     cmds = [["mtf_th", "train", "--model_dir", model_dir] + gin + tpu
-            + ["--train_steps", str(steps)]
+            + keep + ["--train_steps", str(steps)]
             for steps in self._train_segments(row)]
     cmds.append(["mtf_th", "eval", "--model_dir", model_dir] + gin + tpu
                 + ["--checkpoint_steps",

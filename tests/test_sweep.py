@@ -314,7 +314,7 @@ FAKE_MTF_TH = textwrap.dedent('''
     cmd = sys.argv[1]
     p = argparse.ArgumentParser()
     p.add_argument("--model_dir"); p.add_argument("--train_steps", type=int)
-    p.add_argument("--checkpoint_steps")
+    p.add_argument("--checkpoint_steps"); p.add_argument("--keep_checkpoint_steps")
     p.add_argument("--gin_file", action="append", default=[])
     p.add_argument("--gin_param", action="append", default=[])
     a = p.parse_args(sys.argv[2:])
