@@ -41,6 +41,9 @@ TRAIN_LOG = "train_log.csv"
 EVAL_RESULTS = "eval_results.csv"
 COMPARISON_CSV = "comparison.csv"
 COMPARISON_MD = "comparison.md"
+# Optional, in the sweep's directory: step times measured side by side
+# (benchmarks/small_regime.py); they replace the runs' own for equal time.
+STEP_TIMES = "step_times.csv"
 BASELINE = "multi_head"
 COLUMNS = ("row", "baseline", "heads", "seed", "final_step", "ln_ppl",
            "baseline_ln_ppl", "delta_equal_steps", "equal_time_sec",
@@ -184,13 +187,31 @@ def pairs(rows):
   return out
 
 
-def compare(rows, seeds, model_dir_fn):
+def read_step_times(output_dir):
+  """{row name: seconds per step} from output_dir/STEP_TIMES, or {}."""
+  path = os.path.join(output_dir, STEP_TIMES)
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    return {r["row"]: float(r["step_time_sec"]) for r in csv.DictReader(f)}
+
+
+def _curve(row, seed, model_dir_fn, step_times):
+  curve = read_curve(model_dir_fn(row, seed))
+  if curve is not None and row.name in step_times:
+    curve.step_time = step_times[row.name]
+  return curve
+
+
+def compare(rows, seeds, model_dir_fn, step_times=None):
   """Per-seed comparisons of every (row, baseline) pair.
 
   Args:
     rows: sweep rows (sweep.Row).
     seeds: number of seeds (1..seeds).
     model_dir_fn: (row, seed) -> run directory.
+    step_times: {row name: seconds per step} measured side by side
+      (read_step_times); rows not in it use their runs' own median.
   Returns:
     [dict] with the keys of COLUMNS, one per pair and seed with both runs
     evaluated.
@@ -198,8 +219,8 @@ def compare(rows, seeds, model_dir_fn):
   records = []
   for row, base in pairs(rows):
     for seed in range(1, seeds + 1):
-      mine = read_curve(model_dir_fn(row, seed))
-      theirs = read_curve(model_dir_fn(base, seed))
+      mine = _curve(row, seed, model_dir_fn, step_times or {})
+      theirs = _curve(base, seed, model_dir_fn, step_times or {})
       if mine is None or theirs is None:
         continue
       final = min(mine.final_step, theirs.final_step)
@@ -307,7 +328,8 @@ NOTE = (
 
 def write(output_dir, rows, seeds, model_dir_fn, labels):
   """Writes comparison.csv and comparison.md; returns the summaries."""
-  records = compare(rows, seeds, model_dir_fn)
+  step_times = read_step_times(output_dir)
+  records = compare(rows, seeds, model_dir_fn, step_times)
   with open(os.path.join(output_dir, COMPARISON_CSV), "w", newline="") as f:
     writer = csv.DictWriter(f, COLUMNS, lineterminator="\n")
     writer.writeheader()
@@ -316,6 +338,11 @@ def write(output_dir, rows, seeds, model_dir_fn, labels):
   with open(os.path.join(output_dir, COMPARISON_MD), "w") as f:
     f.write("# Each variant vs multi-head attention\n\n")
     f.write(markdown(summaries) + "\n" + NOTE)
+    f.write("\nStep times: %s.\n" % (
+        "measured side by side, from %s (benchmarks/small_regime.py)"
+        % STEP_TIMES if step_times else
+        "each run's own median (runs that did not run side by side: on a "
+        "shared machine they measure the load as much as the model)"))
   return summaries
 
 

@@ -205,3 +205,24 @@ def test_demo_end_to_end_at_tiny_scale(tmp_path, capsys):
   assert demo.main(["--output_dir", out, "--scale", "tiny", "--heads", "4",
                     "--train_steps", "4", "--eval_every", "2"]) == 0
   assert demo.main(["--output_dir", out, "--heads", "5"]) == 2
+
+
+def test_side_by_side_step_times_replace_the_runs_own(tmp_path):
+  rows = sweep.select_rows(sweep.paper_table_rows("lm_heads"), "2,6")
+  mh, th = rows
+
+  def model_dir(row, seed):
+    return str(tmp_path / row.name / str(seed))
+
+  _write_run(model_dir(mh, 1), {500: 2.6, 1000: 2.4}, 0.3)  # a loaded moment
+  _write_run(model_dir(th, 1), {500: 2.5, 1000: 2.3}, 0.1)
+  with open(tmp_path / comparison.STEP_TIMES, "w") as f:
+    f.write("row,step_time_sec,ratio_to_multi_head\n")
+    f.write("%s,0.10000,1.0\n%s,0.20000,2.0\n" % (mh.name, th.name))
+  records = comparison.compare(rows, 1, model_dir,
+                               comparison.read_step_times(str(tmp_path)))
+  assert records[0]["step_time_sec"] == 0.2
+  assert records[0]["delta_equal_time"] == pytest.approx(2.5 - 2.4)
+  comparison.write(str(tmp_path), rows, 1, model_dir, {})
+  assert "measured side by side" in (
+      tmp_path / comparison.COMPARISON_MD).read_text()
