@@ -1,7 +1,7 @@
 """Where this package's gin files are, without importing TensorFlow or mtf.
 
 The light commands (``mtf_th sweep --list_paper_tables``, ``--dry_run``'s
-plan) read gin files as text; models.py holds the same rule for the
+plan) read gin files as text; models.py re-exports gin_dir() for the
 commands that build models.
 """
 import os

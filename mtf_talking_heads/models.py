@@ -29,33 +29,15 @@ import gin
 import mesh_tensorflow as mtf
 from mesh_tensorflow.transformer import transformer
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-# An editable install or a checkout: <repo>/gin; a wheel may ship <package>/gin.
-_CANDIDATE_GIN_DIRS = (os.path.join(os.path.dirname(_PACKAGE_DIR), "gin"),
-                       os.path.join(_PACKAGE_DIR, "gin"))
+# models.gin_dir() is public too (training.py, setup.py's comment, tests)
+from mtf_talking_heads.gin_paths import gin_dir  # pylint: disable=unused-import
+
 MTF_DEFAULTS_GIN = os.path.join(os.path.dirname(transformer.__file__), "gin",
                                 "defaults.gin")
 # Tensor dims that mtf's own stock layouts name although a model may lack
 # them (defaults.gin: "ensemble:ensemble,...,experts:batch"); harmless.
 MTF_GENERIC_DIMS = frozenset(["ensemble", "experts", "outer_batch"])
 VOCAB_DIVISOR = 128  # transformer.Unitransformer pads the vocabulary to this
-
-
-def gin_dir():
-  """The directory holding this repository's gin files.
-
-  Returns:
-    an absolute path.
-  Raises:
-    FileNotFoundError: if neither <repo>/gin nor <package>/gin exists.
-  """
-  for path in _CANDIDATE_GIN_DIRS:
-    if os.path.isfile(os.path.join(path, "mtf_th.gin")):
-      return path
-  raise FileNotFoundError(
-      "mtf_talking_heads' gin files were not found in %s; install the "
-      "package from its repository (pip install -e .)"
-      % " or ".join(_CANDIDATE_GIN_DIRS))
 
 
 def register_gin_search_path():
