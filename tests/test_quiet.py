@@ -5,7 +5,8 @@
   console script asks the package for a light import).
 * Without --verbose, `mtf_th train` shows none of TF's three CUDA-plugin "E"
   lines, setuptools' pkg_resources warning or mtf's per-step tf.Print; with
-  --verbose they are back.
+  --verbose they are back, also when the --verbose is a parent command's
+  (`mtf_th demo --verbose` runs train and eval in child processes).
 """
 import os
 import re
@@ -133,3 +134,45 @@ def test_verbose_keeps_what_compat_hides(tmp_path):
   assert "pkg_resources is deprecated" not in quiet.stderr
   if NOISE[0] in raw.stderr:  # this TF build logs the CUDA-plugin lines
     assert NOISE[0] in verbose.stderr and NOISE[0] not in quiet.stderr
+
+
+def test_demo_verbose_reaches_the_train_and_eval_runs(tmp_path, monkeypatch):
+  # the demo runs `mtf_th train/eval` through the sweep in child processes:
+  # --verbose reaches them as compat's environment variable
+  from mtf_talking_heads import compat  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.commands import demo  # pylint: disable=g-import-not-at-top
+  seen = []
+
+  def call(argv, **kwargs):
+    seen.append((argv, os.environ.get(compat.VERBOSE_ENV), kwargs.get("env")))
+    return 1  # the first run fails: the demo stops there
+
+  monkeypatch.setattr(subprocess, "call", call)
+  for flags, expected in (([], "0"), (["--verbose"], "1")):
+    monkeypatch.setenv(compat.VERBOSE_ENV, "0")  # restored after the test
+    seen.clear()
+    status = demo.main(flags + [
+        "--output_dir", str(tmp_path / ("demo" + "".join(flags))), "--scale",
+        "tiny", "--heads", "4", "--train_steps", "2", "--eval_every", "1"])
+    assert status == 1
+    (argv, verbose, env), = seen
+    assert argv[3] == "train" and "--verbose" not in argv, argv
+    assert verbose == expected and env is None  # children inherit os.environ
+
+
+_LOGGING = ("import os; from mtf_talking_heads.commands import train; "
+            "train.setup_logging(False); "
+            "import tensorflow.compat.v1 as tf; from absl import logging; "
+            "print(tf.logging.get_verbosity(), logging.get_verbosity(), "
+            "os.environ.get('TF_CPP_MIN_LOG_LEVEL'))")
+
+
+def test_train_without_verbose_is_verbose_under_a_verbose_parent():
+  env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+  quiet, verbose = [subprocess.run(
+      [sys.executable, "-c", _LOGGING], env=dict(env, MTF_TH_VERBOSE=value),
+      capture_output=True, text=True, timeout=300) for value in ("0", "1")]
+  assert quiet.returncode == 0 and verbose.returncode == 0, quiet.stderr
+  assert quiet.stdout.split()[-3:] == ["40", "-2", "2"]  # ERROR, ERROR
+  assert verbose.stdout.split()[-3:-1] == ["20", "0"]  # INFO, INFO
+  assert verbose.stdout.split()[-1] != "2"  # TF's C++ log not cut to errors

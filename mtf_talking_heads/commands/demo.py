@@ -137,7 +137,9 @@ def main(argv=None):
                       "models/lm_tiny.gin, for tests (seconds, no signal)")
   parser.add_argument("--fresh", action="store_true",
                       help="delete output_dir first")
-  parser.add_argument("--verbose", action="store_true")
+  parser.add_argument("--verbose", action=commands.VerboseAction,
+                      help="keep TensorFlow's log, warnings and mtf's "
+                      "tf.Print in the runs' sweep.log files")
   args = commands.parse(parser, sys.argv[1:] if argv is None else argv)
   if isinstance(args, int):
     return args

@@ -49,8 +49,16 @@ def add_common_flags(parser, model_dir_help="checkpoints and logs"):
 
 
 def setup_logging(verbose):
-  """Quiet TensorFlow unless --verbose (progress lines are ours)."""
+  """Quiet TensorFlow unless --verbose (progress lines are ours).
+
+  Args:
+    verbose: --verbose; also true when a parent command's --verbose set
+      compat's environment variable (e.g. `mtf_th demo --verbose` running
+      `mtf_th train` through the sweep).
+  """
   import os  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import compat  # pylint: disable=g-import-not-at-top
+  verbose = verbose or compat.verbose()
   if not verbose:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   import mtf_talking_heads  # pylint: disable=g-import-not-at-top,unused-import
