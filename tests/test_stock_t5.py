@@ -57,6 +57,8 @@ def test_stock_script_trains_evaluates_and_decodes(tmp_path):
     assert [l.split(",")[0] for l in f.read().splitlines()[1:]] == ["1", "2"]
   names = [n for n, _ in tf.train.list_variables(model_dir)]
   assert any(n.endswith("TalkingHeadsAttention/p_l") for n in names), names
+  with open(os.path.join(model_dir, "commands", "command")) as f:
+    assert "--module_import=mtf_talking_heads" in f.read()
 
   _run(stock + _gin(["utils.run.mode = 'perplexity_eval'",
                      "utils.run.perplexity_eval_steps = 2",
