@@ -65,12 +65,12 @@ class ConfigError(ValueError):
 
 
 class TrainingError(RuntimeError):
-  """An op failed while the graph ran (not a configuration problem).
+  """An op failed while the graph ran (train, eval or decode).
 
-  Raised after the first failure: nothing is retried, because only a lost
-  remote TPU worker is a real preemption.  The message names the failing op,
-  the cause and what to change; the model directory keeps its last
-  checkpoint.
+  Not a configuration problem (ConfigError).  Raised after the first
+  failure: nothing is retried, because only a lost remote TPU worker is a
+  real preemption.  The message names the failing op, the cause and what to
+  change; the model directory keeps its last checkpoint.
   """
 
 
@@ -648,8 +648,8 @@ _FIXES = (
 )
 
 
-def _op_error_message(e, model_dir, step):
-  """One line: the failing op, the cause and what to change."""
+def _op_failure(e):
+  """What failed: "op 'NAME' failed (ErrorClass: cause)", and the fix."""
   text = str(getattr(e, "message", "") or e)
   match = re.search(r"\{\{node ([^}]+)\}\}", text)
   op = (e.op.name if getattr(e, "op", None) is not None else
@@ -660,12 +660,33 @@ def _op_error_message(e, model_dir, step):
                      "File ", "Node:"))), text.strip() or type(e).__name__)
   fix = next((f for key, f in _FIXES if key in text),
              "rerun with --verbose for TensorFlow's log of the op")
-  return ("op %r failed (%s: %s) at step %s; not a preemption, so not "
-          "retried. %s. The last checkpoint in %s (step %s) is intact and "
-          "the same command resumes from it." % (
-              op, type(e).__name__, cause[:300],
-              "?" if step is None else step, fix[0].upper() + fix[1:],
-              model_dir, latest_step(model_dir)))
+  return ("op %r failed (%s: %s)" % (op, type(e).__name__, cause[:300]),
+          fix[0].upper() + fix[1:])
+
+
+def _op_error_message(e, model_dir, step):
+  """One line: the failing op, the cause and what to change."""
+  failure, fix = _op_failure(e)
+  return ("%s at step %s; not a preemption, so not retried. %s. The last "
+          "checkpoint in %s (step %s) is intact and the same command resumes "
+          "from it." % (failure, "?" if step is None else step, fix,
+                        model_dir, latest_step(model_dir)))
+
+
+@contextlib.contextmanager
+def _op_errors_stop(doing):
+  """An op failing in eval or decode: one TrainingError line, no traceback.
+
+  Args:
+    doing: what was running, e.g. "evaluating checkpoint 8 of runs/x".
+  Raises:
+    TrainingError: naming the op, the cause and what to change.
+  """
+  try:
+    yield
+  except tf.errors.OpError as e:
+    failure, fix = _op_failure(e)
+    raise TrainingError("%s while %s. %s." % (failure, doing, fix)) from None
 
 
 def _events_files(model_dir):
@@ -1146,8 +1167,11 @@ def _eval_with_estimator(estimator, vocabulary, sequence_length, batch_size,
     print("[eval] checkpoint %d: %d examples in %d batches of %d (%s split)"
           % (step, n, steps, batch_size, options["split"]), file=sys.stderr,
           flush=True)
-    metrics = estimator.evaluate(input_fn=input_fn, steps=steps,
-                                 checkpoint_path=path, name=options["split"])
+    with _op_errors_stop("evaluating checkpoint %d of %s (%s split)"
+                         % (step, estimator.model_dir, options["split"])):
+      metrics = estimator.evaluate(input_fn=input_fn, steps=steps,
+                                   checkpoint_path=path,
+                                   name=options["split"])
     result = {"step": step, "split": options["split"],
               "ln_ppl": float(-metrics["neg_log_perplexity"]),
               "tokens": int(metrics["num_eval_tokens"])}
@@ -1171,6 +1195,7 @@ def evaluate(model_dir, gin_files=(), gin_params=(), checkpoint_steps=None,
     [dict(step=int, split=str, ln_ppl=float, tokens=int)], one per checkpoint.
   Raises:
     ConfigError: bad configuration or missing checkpoints.
+    TrainingError: an op failed (one line: the op, the cause, the fix).
   """
   _check_model_dir(model_dir)
   checkpoints = _checkpoint_paths(model_dir, checkpoint_steps)
@@ -1184,7 +1209,8 @@ def evaluate(model_dir, gin_files=(), gin_params=(), checkpoint_steps=None,
   results = []
   fn = functools.partial(_eval_with_estimator, results=results,
                          checkpoints=checkpoints, options=options)
-  _run(model_dir, tpu, tpu_zone, gcp_project, fn, settings)
+  with _op_errors_stop("evaluating %s" % model_dir):
+    _run(model_dir, tpu, tpu_zone, gcp_project, fn, settings)
   progress.write_eval_results(model_dir, results)
   return results
 
@@ -1235,7 +1261,9 @@ def _decode_with_estimator(estimator, vocabulary, sequence_length, batch_size,
         batch_size, drop_remainder=True)
 
   step, path = checkpoint
-  outputs = list(mtf_utils.decode(estimator, input_fn, vocabulary, path))
+  with _op_errors_stop("decoding with checkpoint %d of %s"
+                       % (step, estimator.model_dir)):
+    outputs = list(mtf_utils.decode(estimator, input_fn, vocabulary, path))
   for row, out in zip(ids, outputs[:n]):
     text = [int(t) for t in row if t > 1]
     results.append({
@@ -1259,6 +1287,9 @@ def decode(model_dir, gin_files=(), gin_params=(), inputs=None,
     tpu, tpu_zone, gcp_project: a Cloud TPU; None = CPU.
   Returns:
     [dict(step, input, output)] with text decoded by the vocabulary.
+  Raises:
+    ConfigError: bad configuration, missing checkpoint, not a T5 model.
+    TrainingError: an op failed (one line: the op, the cause, the fix).
   """
   _check_model_dir(model_dir)
   checkpoint = _checkpoint_paths(model_dir, checkpoint_step)[0]
@@ -1279,7 +1310,8 @@ def decode(model_dir, gin_files=(), gin_params=(), inputs=None,
              "count": int(num_examples), "seed": 4321}
   fn = functools.partial(_decode_with_estimator, results=results,
                          checkpoint=checkpoint, options=options)
-  _run(model_dir, tpu, tpu_zone, gcp_project, fn, settings)
+  with _op_errors_stop("decoding with %s" % model_dir):
+    _run(model_dir, tpu, tpu_zone, gcp_project, fn, settings)
   return results
 
 

@@ -13,6 +13,9 @@ One subprocess (8 logical CPU devices) runs `mtf_th train` (commands.train
   shape     train / eval / decode with 8 heads in the 4-head model's dir:
             exit 2, one line naming the variable and both shapes, nothing
             in the directory changes
+  op_eval / op_decode   eval and decode of the 4-head model while every
+            session run fails like an op: exit 1, one line, no traceback,
+            no eval_results.csv
 """
 import json
 import os
@@ -30,6 +33,7 @@ from mtf_talking_heads import compat
 compat.split_cpu(8)
 import gin
 import tensorflow.compat.v1 as tf
+from tensorflow.python.training import monitored_session
 
 
 class FailAt(tf.train.SessionRunHook):
@@ -107,6 +111,28 @@ out["shape_eval"] = run(eval_command.main, common + params(eight))
 out["shape_decode"] = run(decode_command.main, common + params(eight) +
                           ["--input", "The module defines"])
 out["unchanged"] = listing() == before
+
+
+@contextlib.contextmanager
+def failing_session_runs():
+  # eval's and decode's session runs fail as a failing op makes them fail
+  real = monitored_session._MonitoredSession.run
+
+  def fail(self, *args, **kwargs):
+    raise tf.errors.InvalidArgumentError(
+        None, None, "injected failure\n\t [[{{node decoder/injected_op}}]]")
+
+  monitored_session._MonitoredSession.run = fail
+  try:
+    yield
+  finally:
+    monitored_session._MonitoredSession.run = real
+
+
+with failing_session_runs():
+  out["op_eval"] = run(eval_command.main, common + params([]))
+  out["op_decode"] = run(decode_command.main, common + params([]) +
+                         ["--input", "The module defines"])
 print("JSON" + json.dumps(out))
 """
 
@@ -183,3 +209,18 @@ def test_another_models_gin_fails_before_touching_the_dir(outcome, command):
   assert "[4, 4]" in line and "[8, 8]" in line or (
       "4, 16]" in line and "8, 16]" in line), line
   assert outcome["unchanged"]
+
+
+@pytest.mark.parametrize("command", ["eval", "decode"])
+def test_a_failing_op_in_eval_or_decode_is_one_line_and_status_1(outcome,
+                                                                 command):
+  result = outcome["op_" + command]
+  assert result["rc"] == 1, result["stderr"][-2000:]
+  assert "Traceback" not in result["stderr"]
+  line, = _error_lines(result)
+  assert line.startswith("mtf_th %s: error: op 'decoder/injected_op' "
+                         "failed (InvalidArgumentError: injected failure) "
+                         "while " % command), line
+  assert ("checkpoint 8 of " in line and
+          "Rerun with --verbose" in line), line
+  assert "eval_results.csv" not in result["files"]
