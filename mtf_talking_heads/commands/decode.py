@@ -5,7 +5,8 @@
 
 Without inputs, decodes held-out span-corruption inputs of the model's task.
 Prints "input<TAB>output" lines (text decoded with the model's vocabulary);
---output_file writes them there instead.
+--output_file writes them there instead.  Configuration errors exit with
+status 2, a failing op with status 1, each with one line.
 """
 import sys
 

@@ -6,7 +6,8 @@
 Without --gin_file the model's operative_config.gin is used.  Prints one
 row per checkpoint and writes/updates <model_dir>/eval_results.csv
 (step,split,ln_ppl,tokens).  The split is gin
-mtf_th.evaluate_checkpoints.split (default "validation").
+mtf_th.evaluate_checkpoints.split (default "validation").  Configuration
+errors exit with status 2, a failing op with status 1, each with one line.
 """
 import sys
 
