@@ -232,41 +232,26 @@ def attention_terms(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
     params["P_k"] = (d, d_k, h_k)
     params["P_v"] = (d, d_v, h_v)
     params["P_o"] = (d, d_v, h_v)
-    if has_l:
-      params["P_l"] = (h_k, h)
-    for term in dyn:
-      if term in _LOGITS_TERMS:
-        params[_DYNAMIC_NAMES[term][0]] = (d, h_k, h)
-    if has_w:
-      params["P_w"] = (h, h_v)
-    for term in dyn:
-      if term in _WEIGHTS_TERMS:
-        params[_DYNAMIC_NAMES[term][0]] = (d, h, h_v)
-
     mults["Q"] = (n, d, d_k, h_k)
     mults["K"] = (m, d, d_k, h_k)
     mults["V"] = (m, d, d_v, h_v)
     mults["J" if has_l else "L"] = (n, m, d_k, h_k)
-    for term in dyn:
-      if term in _LOGITS_TERMS:
-        _, r_name, _, src = _DYNAMIC_NAMES[term]
-        mults[r_name] = (n if src == "X" else m, d, h_k, h)
-    if has_l:
-      mults["L"] = (n, m, h, h_k)
-      if not fold_dynamic:
-        for term in dyn:
-          if term in _LOGITS_TERMS:
-            mults[_DYNAMIC_NAMES[term][2]] = (n, m, h, h_k)
-    for term in dyn:
-      if term in _WEIGHTS_TERMS:
-        _, r_name, _, src = _DYNAMIC_NAMES[term]
-        mults[r_name] = (n if src == "X" else m, d, h, h_v)
-    if has_w:
-      mults["U"] = (n, m, h, h_v)
-      if not fold_dynamic:
-        for term in dyn:
-          if term in _WEIGHTS_TERMS:
-            mults[_DYNAMIC_NAMES[term][2]] = (n, m, h, h_v)
+    # P_l mixes J's h_k heads into L's h, P_w W's h into U's h_v; so do the
+    # dynamic R[n or m, (h_k, h) or (h, h_v)] (made by P_Xl ... P_Mw)
+    for terms, has_p, p_name, name, mixed, other in (
+        (_LOGITS_TERMS, has_l, "P_l", "L", (h_k, h), h_k),
+        (_WEIGHTS_TERMS, has_w, "P_w", "U", (h, h_v), h_v)):
+      if has_p:
+        params[p_name] = mixed
+      dynamic = [_DYNAMIC_NAMES[term] for term in dyn if term in terms]
+      for generator, r_name, _, src in dynamic:
+        params[generator] = (d,) + mixed
+        mults[r_name] = (n if src == "X" else m, d) + mixed
+      if has_p:
+        mults[name] = (n, m, h, other)
+        if not fold_dynamic:
+          for _, _, dynamic_name, _ in dynamic:
+            mults[dynamic_name] = (n, m, h, other)
     mults["O"] = (n, m, d_v, h_v)
     mults["Y"] = (n, d, d_v, h_v)
 

@@ -306,6 +306,27 @@ def softmax_last(logits, memory_length):
                        name="softmax")
 
 
+def _mix_heads(x, p, reduced, new, dynamic):
+  """L from J (P_l, R_Xl, R_Ml) or U from W (P_w, R_Xw, R_Mw), heads-major.
+
+  Args:
+    x: J or W, [lead..., reduced, rest...].
+    p: P_l or P_w, [reduced, new]; None: x itself (no projection).
+    reduced: heads_k (J) or heads (W).
+    new: heads (L) or heads_v (U).
+    dynamic: the dynamic R tensors of this projection (with `reduced` and
+      `new`), each added as einsum(x, R).
+  Returns:
+    [lead..., new, rest...], or x when p is None.
+  """
+  if p is None:
+    return x
+  y = project_heads(_float32(p), x, reduced, new)
+  for r in dynamic:
+    y += mtf.einsum([x, r], output_shape=y.shape)
+  return y
+
+
 def ordered_core(q, k, v, memory_length, dims, p_l=None, p_w=None,
                  dynamic_l=(), dynamic_w=(), bias=None, dropout_fn=None,
                  fused_softmax=True):
@@ -336,22 +357,14 @@ def ordered_core(q, k, v, memory_length, dims, p_l=None, p_w=None,
   query = [d for d in q.shape.dims if d not in k.shape.dims and d not in skip]
   j = mtf.einsum([q, k], output_shape=lead + [dims.heads_k] + query +
                  [memory_length])                                    # J
-  l = j
-  if p_l is not None:
-    l = project_heads(_float32(p_l), j, dims.heads_k, dims.heads)    # L
-    for r in dynamic_l:
-      l += mtf.einsum([j, r], output_shape=l.shape)
+  l = _mix_heads(j, p_l, dims.heads_k, dims.heads, dynamic_l)        # L
   if bias is not None:
     l += _float32(bias)
   if fused_softmax:
     w = softmax_last(l, memory_length)                               # W
   else:
     w = attention.compute_w(l, memory_length)
-  u = w
-  if p_w is not None:
-    u = project_heads(_float32(p_w), w, dims.heads, dims.heads_v)    # U
-    for r in dynamic_w:
-      u += mtf.einsum([w, r], output_shape=u.shape)
+  u = _mix_heads(w, p_w, dims.heads, dims.heads_v, dynamic_w)        # U
   if dropout_fn is not None:
     u = dropout_fn(u)
   return attention.compute_o(u, v, memory_length)                    # O

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -43,13 +45,25 @@ def test_every_pin_is_exact():
     assert "==" in requirement, f"setup.py pin {requirement!r} is not exact"
 
 
-def test_a_wheel_carries_the_gin_files(tmp_path):
-  """pip install . (not -e) still finds gin/ (as mtf_talking_heads/gin)."""
+@pytest.fixture(scope="module")
+def installed_wheel(tmp_path_factory):
+  """(the wheel of `pip wheel .`, the folder `pip install --target` made)."""
+  tmp_path = tmp_path_factory.mktemp("wheel")
   pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
   subprocess.run(pip + ["wheel", "-q", "--no-deps", "--no-build-isolation",
                         "-w", str(tmp_path), str(REPO)],
                  check=True, capture_output=True, timeout=300)
   (wheel,) = tmp_path.glob("mtf_talking_heads-*.whl")
+  site = tmp_path / "site"
+  subprocess.run(pip + ["install", "-q", "--no-deps", "--target", str(site),
+                        str(wheel)], check=True, capture_output=True,
+                 timeout=300)
+  return wheel, site
+
+
+def test_a_wheel_carries_the_gin_files(installed_wheel, tmp_path):
+  """pip install . (not -e) still finds gin/ (as mtf_talking_heads/gin)."""
+  wheel, site = installed_wheel
   with zipfile.ZipFile(wheel) as z:
     names = set(z.namelist())
   shipped = {n[len("mtf_talking_heads/gin/"):] for n in names
@@ -57,10 +71,6 @@ def test_a_wheel_carries_the_gin_files(tmp_path):
   in_repo = {str(p.relative_to(REPO / "gin")) for p in
              (REPO / "gin").rglob("*.gin")}
   assert shipped == in_repo
-  site = tmp_path / "site"
-  subprocess.run(pip + ["install", "-q", "--no-deps", "--target", str(site),
-                        str(wheel)], check=True, capture_output=True,
-                 timeout=300)
   found = subprocess.run(
       [sys.executable, "-c",
        "from mtf_talking_heads import models; print(models.gin_dir())"],
@@ -75,23 +85,16 @@ PTH_LINE = ("import mtf_talking_heads_startup; "
             "mtf_talking_heads_startup.install()\n")
 
 
-def test_a_wheel_installs_the_startup_hook_and_it_mends_mtf(tmp_path):
+def test_a_wheel_installs_the_startup_hook_and_it_mends_mtf(installed_wheel,
+                                                            tmp_path):
   """The wheel's .pth makes `import mesh_tensorflow` work in a fresh Python.
 
   (`t5_mesh_transformer` imports mesh_tensorflow before --module_import.)
   """
-  pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-  subprocess.run(pip + ["wheel", "-q", "--no-deps", "--no-build-isolation",
-                        "-w", str(tmp_path), str(REPO)],
-                 check=True, capture_output=True, timeout=300)
-  (wheel,) = tmp_path.glob("mtf_talking_heads-*.whl")
+  wheel, site = installed_wheel
   with zipfile.ZipFile(wheel) as z:
     assert z.read(PTH).decode() == PTH_LINE
     assert "mtf_talking_heads_startup.py" in z.namelist()
-  site = tmp_path / "site"
-  subprocess.run(pip + ["install", "-q", "--no-deps", "--target", str(site),
-                        str(wheel)], check=True, capture_output=True,
-                 timeout=300)
   # -S: no site-packages processing, so only the wheel's .pth (addsitedir)
   # can mend mtf; the venv's packages come on sys.path without their .pth.
   venv_site = [p for p in sys.path if p.endswith("site-packages")][0]
