@@ -280,6 +280,24 @@ def _multi_head_kwargs(heads, kwargs):
   return dict(kwargs, heads_k=heads, heads=heads, heads_v=heads)
 
 
+def _project_logits_kwargs(layer, heads_k, heads, kwargs):
+  """The layer's arguments when only P_l exists: heads_v is `heads`."""
+  if "heads_v" in kwargs:
+    raise ValueError("heads_v is `heads` in %s (no weights projection); set "
+                     "`heads` instead" % type(layer).__name__)
+  heads = _pair(heads, "heads")
+  return dict(kwargs, heads_k=heads_k, heads=heads, heads_v=heads)
+
+
+def _project_weights_kwargs(layer, heads, heads_v, kwargs):
+  """The layer's arguments when only P_w exists: heads_k is `heads`."""
+  if "heads_k" in kwargs:
+    raise ValueError("heads_k is `heads` in %s (no logits projection); set "
+                     "`heads` instead" % type(layer).__name__)
+  heads = _pair(heads, "heads")
+  return dict(kwargs, heads_k=heads, heads=heads, heads_v=heads_v)
+
+
 @gin.configurable(module="mtf_th")
 class MultiHeadAttention(AttentionLayer):
   """Multi-head attention: heads_k = heads = heads_v (one dim, "heads")."""
@@ -298,11 +316,7 @@ class ProjectLogitsAttention(AttentionLayer):
   """Logits projection only: P_l[h_k, h], weights used as is (h_v = h)."""
 
   def __init__(self, heads_k=("heads_k", 12), heads=("heads", 12), **kwargs):
-    if "heads_v" in kwargs:
-      raise ValueError("heads_v is `heads` in ProjectLogitsAttention "
-                       "(no weights projection); set `heads` instead")
-    heads = _pair(heads, "heads")
-    super().__init__(heads_k=heads_k, heads=heads, heads_v=heads, **kwargs)
+    super().__init__(**_project_logits_kwargs(self, heads_k, heads, kwargs))
 
 
 @gin.configurable(module="mtf_th")
@@ -310,11 +324,7 @@ class ProjectWeightsAttention(AttentionLayer):
   """Weights projection only: P_w[h, h_v], logits used as is (h_k = h)."""
 
   def __init__(self, heads=("heads", 12), heads_v=("heads_v", 12), **kwargs):
-    if "heads_k" in kwargs:
-      raise ValueError("heads_k is `heads` in ProjectWeightsAttention "
-                       "(no logits projection); set `heads` instead")
-    heads = _pair(heads, "heads")
-    super().__init__(heads_k=heads, heads=heads, heads_v=heads_v, **kwargs)
+    super().__init__(**_project_weights_kwargs(self, heads, heads_v, kwargs))
 
 
 @gin.configurable(module="mtf_th")
@@ -343,8 +353,7 @@ class ProjectLogitsEncoderAttention(EncDecAttentionLayer):
   """Logits-projection-only attention over the encoder output."""
 
   def __init__(self, heads_k=("heads_k", 12), heads=("heads", 12), **kwargs):
-    heads = _pair(heads, "heads")
-    super().__init__(heads_k=heads_k, heads=heads, heads_v=heads, **kwargs)
+    super().__init__(**_project_logits_kwargs(self, heads_k, heads, kwargs))
 
 
 @gin.configurable(module="mtf_th")
@@ -352,8 +361,7 @@ class ProjectWeightsEncoderAttention(EncDecAttentionLayer):
   """Weights-projection-only attention over the encoder output."""
 
   def __init__(self, heads=("heads", 12), heads_v=("heads_v", 12), **kwargs):
-    heads = _pair(heads, "heads")
-    super().__init__(heads_k=heads, heads=heads, heads_v=heads_v, **kwargs)
+    super().__init__(**_project_weights_kwargs(self, heads, heads_v, kwargs))
 
 
 @gin.configurable(module="mtf_th")
