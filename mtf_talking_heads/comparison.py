@@ -273,11 +273,15 @@ def summarize(records, labels):
   return out
 
 
-def _pm(value, fmt="%+.3f"):
+def format_mean_se(value, fmt="%+.3f"):
+  """(mean, se) as "-0.054 ± 0.002" ("n/a" without a mean)."""
   mean, se = value
   if mean is None:
     return "n/a"
   return (fmt % mean) + ("" if se is None else " ± %.3f" % se)
+
+
+
 
 
 def _mult(summary):
@@ -292,8 +296,8 @@ def _mult(summary):
   if summary["unreached"]:
     where += " (%d seed%s not reached)" % (
         summary["unreached"], "" if summary["unreached"] == 1 else "s")
-  return (_pm(steps, "%.2f×") + where,
-          "n/a" if mean is None else _pm((mean, se), "%.2f×"))
+  return (format_mean_se(steps, "%.2f×") + where,
+          "n/a" if mean is None else format_mean_se((mean, se), "%.2f×"))
 
 
 def markdown(summaries):
@@ -308,7 +312,7 @@ def markdown(summaries):
     ratio = s["step_time_ratio"]
     lines.append("| %s | %d | %s | %d | %s | %s | %s | %s | %s | %d/%d |" % (
         s["label"], s["heads"], s["baseline"], s["seeds"],
-        _pm(s["delta_steps"]), _pm(s["delta_time"]),
+        format_mean_se(s["delta_steps"]), format_mean_se(s["delta_time"]),
         "n/a" if ratio is None else "%.2f" % ratio,
         steps_mult, time_mult, s["wins"], s["seeds"]))
   return "\n".join(lines) + "\n"

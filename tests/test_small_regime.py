@@ -146,6 +146,12 @@ def test_compare_pairs_by_heads_and_seed(tmp_path):
     assert len(list(csv.DictReader(f))) == 2
   png = comparison.plot_curves(rows, 2, model_dir, str(tmp_path / "c.png"))
   assert os.path.getsize(png) > 1000
+  # the demo quotes a recorded sweep's comparison.csv
+  from mtf_talking_heads.commands import demo  # pylint: disable=g-import-not-at-top
+  text = demo.recorded_sweep(comparison, str(tmp_path))
+  assert "| 8 | 2 | -0.150 ± 0.050 | +0.050 ± 0.050 | 2/2 |" in text
+  assert "not in this installation" in demo.recorded_sweep(
+      comparison, str(tmp_path / "none"))
 
 
 def test_median_step_time_ignores_start_up_and_resumes(tmp_path):

@@ -18,7 +18,9 @@ each gives a curve; the demo then prints held-out ln(PPL) (nats per byte)
   * at equal time (both after the cheaper run's training seconds, the other
     curve read at the step it had reached by then),
 
-with each model's steps/s, and writes <output_dir>/demo.md (that table),
+with each model's steps/s, then the same comparison over several seeds and
+all head counts as recorded in this repository (sweeps/lm_heads, the
+source of docs/results.md), and writes <output_dir>/demo.md (all that),
 <output_dir>/curves.png (held-out loss against steps and against seconds)
 and the sweep's files (results.csv, comparison.csv, runs/).  The runs are exactly those of
 `mtf_th sweep --paper_table lm_heads --scale small --train_steps 1000
@@ -59,6 +61,35 @@ def _eval_steps(train_steps, every):
         "--eval_every %d must be below --train_steps %d (the demo needs a "
         "curve of at least two points)" % (every, train_steps))
   return steps
+
+
+# The lm_heads sweep recorded in this repository (docs/results.md).
+RECORDED = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "sweeps", TABLE)
+
+
+def recorded_sweep(comparison, path=RECORDED):
+  """The repository's multi-seed lm_heads comparison, as demo text."""
+  csv_path = os.path.join(path, comparison.COMPARISON_CSV)
+  if not os.path.exists(csv_path):
+    return ("This run is one seed; docs/results.md has the same comparison "
+            "over 3 seeds (the recorded sweep is not in this installation).")
+  import csv  # pylint: disable=g-import-not-at-top
+  with open(csv_path) as f:
+    records = [{k: (None if v == "" else (v if k in ("row", "baseline") else
+                                           float(v)))
+                for k, v in r.items()} for r in csv.DictReader(f)]
+  lines = ["This run is one seed. The same runs over several seeds, recorded "
+           "in sweeps/%s (docs/results.md; mean ± standard error):" % TABLE,
+           "",
+           "| heads | seeds | Δ ln(PPL) equal steps | Δ ln(PPL) equal time |"
+           " talking heads better |", "|---:|---:|---:|---:|---:|"]
+  for s in sorted(comparison.summarize(records, {}),
+                  key=lambda s: s["heads"]):
+    lines.append("| %d | %d | %s | %s | %d/%d |" % (
+        s["heads"], s["seeds"], comparison.format_mean_se(s["delta_steps"]),
+        comparison.format_mean_se(s["delta_time"]), s["wins"], s["seeds"]))
+  return "\n".join(lines) + "\n"
 
 
 def report(job, comparison, summaries, elapsed, png):
@@ -110,9 +141,7 @@ def report(job, comparison, summaries, elapsed, png):
           " at talking heads' step %d (it does not reach the final one)"
           % rec["multiplier_at_step"]),
       "",
-      "One seed. Whether this gap is larger than seed noise is measured in "
-      "docs/results.md (same runs, 3 seeds, standard errors, and the other "
-      "head counts).",
+      recorded_sweep(comparison),
       "Model: decoder-only byte LM (models/lm_small.gin), d_model 128, 2 "
       "layers, length 128, batch 16, one CPU device; ln(PPL) = mean "
       "cross-entropy in nats per byte of the held-out split; time = median "
