@@ -82,6 +82,28 @@ def _tied(name, value, variant, heads, why):
   return value
 
 
+def _outer_heads(name, value, variant, heads, projected, one_sided, why):
+  """heads_k (or heads_v): free where P_l (P_w) exists, else tied to heads.
+
+  Args:
+    name: "heads_k" or "heads_v".
+    value: the caller's value (None: heads).
+    variant: the attention variant.
+    heads: h.
+    projected: the variants with the projection (_HAS_P_L or _HAS_P_W).
+    one_sided: the variant with only the other projection.
+    why: the reason `one_sided` ties it.
+  Returns:
+    the positive int.
+  Raises:
+    ValueError: naming the parameter.
+  """
+  if variant in projected:
+    return heads if value is None else _positive_int(name, value)
+  return _tied(name, value, variant, heads, why if variant == one_sided
+               else "has a single heads dimension")
+
+
 def _parse_dynamic(dynamic):
   """A tuple of dynamic terms in canonical order (from a sequence or 'a,b')."""
   if dynamic is None:
@@ -125,22 +147,12 @@ def resolve_config(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
   d_model = _positive_int("d_model", d_model)
   length = _positive_int("length", length)
 
-  if variant in _HAS_P_L:
-    heads_k = heads if heads_k is None else _positive_int("heads_k", heads_k)
-  elif variant == "project_weights":
-    heads_k = _tied("heads_k", heads_k, variant, heads,
-                    "has no logits projection P_l[h_k, h]")
-  else:
-    heads_k = _tied("heads_k", heads_k, variant, heads,
-                    "has a single heads dimension")
-  if variant in _HAS_P_W:
-    heads_v = heads if heads_v is None else _positive_int("heads_v", heads_v)
-  elif variant == "project_logits":
-    heads_v = _tied("heads_v", heads_v, variant, heads,
-                    "has no weights projection P_w[h, h_v]")
-  else:
-    heads_v = _tied("heads_v", heads_v, variant, heads,
-                    "has a single heads dimension")
+  heads_k = _outer_heads("heads_k", heads_k, variant, heads, _HAS_P_L,
+                         "project_weights",
+                         "has no logits projection P_l[h_k, h]")
+  heads_v = _outer_heads("heads_v", heads_v, variant, heads, _HAS_P_W,
+                         "project_logits",
+                         "has no weights projection P_w[h, h_v]")
 
   if variant == "general_bilinear":
     for name, value in (("d_k", d_k), ("d_v", d_v)):
