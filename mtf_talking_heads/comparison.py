@@ -36,6 +36,7 @@ import collections
 import csv
 import math
 import os
+import statistics
 
 TRAIN_LOG = "train_log.csv"
 EVAL_RESULTS = "eval_results.csv"
@@ -152,23 +153,24 @@ def median_step_time(model_dir, skip_steps=10):
           continue
   skip = min(skip_steps, len(rates) // 2)
   times = [1.0 / rate for rate in rates[skip:] if rate > 0]
-  if not times:
-    return float("nan")
-  times.sort()
-  mid = len(times) // 2
-  return times[mid] if len(times) % 2 else 0.5 * (times[mid - 1] + times[mid])
+  return statistics.median(times) if times else float("nan")
 
 
-def mean_se(values):
-  """(mean, standard error, n) of the non-None values; se None if n < 2."""
+def mean_std(values):
+  """(mean, sample std, n) of the values that are not None or NaN; std is
+  None if n < 2, mean None if n = 0."""
   values = [v for v in values if v is not None and not math.isnan(v)]
   if not values:
     return None, None, 0
-  mean = sum(values) / len(values)
   if len(values) < 2:
-    return mean, None, len(values)
-  var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-  return mean, math.sqrt(var / len(values)), len(values)
+    return values[0], None, 1
+  return statistics.mean(values), statistics.stdev(values), len(values)
+
+
+def mean_se(values):
+  """(mean, standard error, n): mean_std with std / sqrt(n)."""
+  mean, std, n = mean_std(values)
+  return mean, (None if std is None else std / math.sqrt(n)), n
 
 
 def pairs(rows):

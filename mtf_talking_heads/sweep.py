@@ -41,6 +41,7 @@ import re
 import resource
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -1186,25 +1187,15 @@ def step_time(log_rows):
   train_log.csv has one row per logged step with the rate since the row
   before; the median ignores the few slow rows after each start-up.
   """
-  times = sorted(1.0 / r[2] for r in log_rows if r[2] > 0)
-  if not times:
-    return float("nan")
-  mid = len(times) // 2
-  return times[mid] if len(times) % 2 else 0.5 * (times[mid - 1] + times[mid])
+  times = [1.0 / r[2] for r in log_rows if r[2] > 0]
+  return statistics.median(times) if times else float("nan")
 
 
 # ---------------------------------------------------------------------------
 # Summaries, the markdown table, the plots.
 
 def _mean_std(values):
-  values = [v for v in values if v is not None and not math.isnan(v)]
-  if not values:
-    return None, None
-  mean = sum(values) / len(values)
-  if len(values) < 2:
-    return mean, None
-  var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-  return mean, math.sqrt(var)
+  return comparison.mean_std(values)[:2]
 
 
 def _float(value):
