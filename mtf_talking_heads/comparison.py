@@ -49,7 +49,9 @@ BASELINE = "multi_head"
 COLUMNS = ("row", "baseline", "heads", "seed", "final_step", "ln_ppl",
            "baseline_ln_ppl", "delta_equal_steps", "equal_time_sec",
            "delta_equal_time", "step_time_sec", "baseline_step_time_sec",
-           "steps_multiplier", "multiplier_at_step", "time_multiplier")
+           "steps_multiplier", "time_multiplier", "baseline_final_step",
+           "multiplier_at_step", "steps_multiplier_common",
+           "step_time_source")
 
 
 class Curve(object):
@@ -70,7 +72,10 @@ class Curve(object):
     return self.steps[-1]
 
   def at_step(self, step):
-    """ln(PPL) at `step`, linear between evaluated steps (None outside)."""
+    """ln(PPL) at `step`, linear between evaluated steps (None outside, or
+    for a step that is not a finite number)."""
+    if step is None or not math.isfinite(step):
+      return None
     if not self.steps or step < self.steps[0] or step > self.steps[-1]:
       return None
     for a, b in zip(self.steps, self.steps[1:]):
@@ -80,7 +85,11 @@ class Curve(object):
     return self.points[self.steps[0]]
 
   def step_reaching(self, loss):
-    """First step (interpolated) at which the curve is <= loss, or None."""
+    """First step (interpolated) at which the curve is <= loss, or None.
+
+    If the first evaluated point is already <= loss, that step is returned
+    (an upper bound: the loss was reached at or before it).
+    """
     previous = None
     for step in self.steps:
       value = self.points[step]
@@ -100,27 +109,33 @@ def equal_time_delta(curve, baseline):
   The budget is the shorter run's whole training time; the other curve is
   read at the step it had reached by then.
   """
+  if not (math.isfinite(curve.step_time) and
+          math.isfinite(baseline.step_time)):
+    return None, None
   budget = min(curve.final_step * curve.step_time,
                baseline.final_step * baseline.step_time)
-  mine = curve.at_step(budget / curve.step_time)
-  theirs = baseline.at_step(budget / baseline.step_time)
+  # the cheaper run at its own final step (budget / step_time may come out
+  # one ulp past it), the other where it had got to by then
+  mine = curve.at_step(min(curve.final_step, budget / curve.step_time))
+  theirs = baseline.at_step(min(baseline.final_step,
+                                budget / baseline.step_time))
   if mine is None or theirs is None:
     return None, budget
   return mine - theirs, budget
 
 
-def steps_multiplier(curve, baseline):
-  """(baseline steps / variant steps to the same loss, variant step).
+def steps_multiplier(curve, baseline, step=None):
+  """(baseline steps / variant steps to the variant's loss at `step`, step).
 
-  At the variant's last evaluated step if the baseline reaches that loss,
-  else at its latest step whose loss the baseline reaches; (None, None) if
-  the baseline never reaches any.
+  step=None: the variant's latest evaluated step whose loss the baseline
+  reaches ((None, None) if none).  A given step whose loss the baseline
+  does not reach gives (None, step).
   """
-  for step in reversed(curve.steps):
-    reached = baseline.step_reaching(curve.points[step])
+  for s in ([step] if step is not None else reversed(curve.steps)):
+    reached = baseline.step_reaching(curve.points[s])
     if reached is not None:
-      return reached / step, step
-  return None, None
+      return reached / s, s
+  return None, step
 
 
 def read_curve(model_dir, split="validation", skip_steps=10):
@@ -205,7 +220,7 @@ def _curve(row, seed, model_dir_fn, step_times):
   return curve
 
 
-def compare(rows, seeds, model_dir_fn, step_times=None):
+def compare(rows, seeds, model_dir_fn, step_times=None, finished=None):
   """Per-seed comparisons of every (row, baseline) pair.
 
   Args:
@@ -213,129 +228,186 @@ def compare(rows, seeds, model_dir_fn, step_times=None):
     seeds: number of seeds (1..seeds).
     model_dir_fn: (row, seed) -> run directory.
     step_times: {row name: seconds per step} measured side by side
-      (read_step_times); rows not in it use their runs' own median.
+      (read_step_times); used for a pair only when both its rows are in
+      it, else both use their runs' own medians.
+    finished: set of (row name, seed) whose runs are complete (a sweep's
+      results.csv); None: every run with evaluations.
   Returns:
     [dict] with the keys of COLUMNS, one per pair and seed with both runs
-    evaluated.
+    finished and evaluated at a common final step.  The multiplier is read
+    at the variant's final step (steps_multiplier; None if multi-head does
+    not get there) and, in `multiplier_at_step`/`steps_multiplier_common`,
+    at the latest step every seed's multi-head reaches.
   """
   records = []
+  step_times = step_times or {}
   for row, base in pairs(rows):
+    times = (step_times if row.name in step_times and base.name in step_times
+             else {})
+    runs = []
     for seed in range(1, seeds + 1):
-      mine = _curve(row, seed, model_dir_fn, step_times or {})
-      theirs = _curve(base, seed, model_dir_fn, step_times or {})
+      if finished is not None and not {(row.name, seed),
+                                       (base.name, seed)} <= finished:
+        continue
+      mine = _curve(row, seed, model_dir_fn, times)
+      theirs = _curve(base, seed, model_dir_fn, times)
       if mine is None or theirs is None:
         continue
       final = min(mine.final_step, theirs.final_step)
+      if mine.at_step(final) is None or theirs.at_step(final) is None:
+        continue
+      runs.append((seed, mine, theirs, final))
+    reachable = [steps_multiplier(m, t)[1] for _, m, t, _ in runs]
+    common = None if None in reachable or not reachable else min(reachable)
+    for seed, mine, theirs, final in runs:
       a, b = mine.at_step(final), theirs.at_step(final)
       delta_time, budget = equal_time_delta(mine, theirs)
-      mult, at = steps_multiplier(mine, theirs)
+      mult, _ = steps_multiplier(mine, theirs, step=final)
+      common_mult = (None if common is None else
+                     steps_multiplier(mine, theirs, step=common)[0])
+      ratio = theirs.step_time / mine.step_time
       records.append(dict(
           row=row.name, baseline=base.name, heads=row.heads, seed=seed,
           final_step=final, ln_ppl=a, baseline_ln_ppl=b,
           delta_equal_steps=a - b, equal_time_sec=budget,
           delta_equal_time=delta_time, step_time_sec=mine.step_time,
           baseline_step_time_sec=theirs.step_time, steps_multiplier=mult,
-          multiplier_at_step=at,
-          time_multiplier=(None if mult is None else
-                           mult * theirs.step_time / mine.step_time)))
+          time_multiplier=(None if mult is None or not math.isfinite(ratio)
+                           else mult * ratio),
+          baseline_final_step=theirs.final_step,
+          multiplier_at_step=common, steps_multiplier_common=common_mult,
+          step_time_source="side by side" if times else "own run"))
   return records
 
 
+_TEXT_COLUMNS = ("row", "baseline", "step_time_source")
+
+
+def read_records(path):
+  """compare()'s records back from a comparison.csv."""
+  with open(path) as f:
+    rows = [{k: (None if v in ("", None) else v if k in _TEXT_COLUMNS
+                 else float(v)) for k, v in r.items()}
+            for r in csv.DictReader(f)]
+  return [dict({c: None for c in COLUMNS}, **r) for r in rows]
+
+
 def summarize(records, labels):
-  """Per pair: means and standard errors over seeds.
+  """Per pair: means, standard errors and counts over seeds.
 
   Args:
     records: compare() output.
     labels: {row name: label for tables}.
   Returns:
-    [dict(row, baseline, label, heads, seeds, delta_steps=(mean, se),
-          delta_time=(mean, se), steps_mult=(mean, se), time_mult=(mean, se),
-          mult_steps=[step...], step_time_ratio=mean, wins=int)]
+    [dict(row, baseline, label, heads, seeds, final_step, baseline_final_step,
+          delta_steps, delta_time, steps_mult, time_mult, common_mult:
+          each (mean, se, n) over the seeds that have it,
+          common_step, step_time_ratio=(mean, se, n), wins=int)]
   """
   by_pair = collections.OrderedDict()
   for r in records:
     by_pair.setdefault((r["row"], r["baseline"]), []).append(r)
   out = []
   for (row, base), recs in by_pair.items():
+
+    def stat(key, recs=recs):
+      return mean_se([r[key] for r in recs])
+
     ratio = mean_se([r["step_time_sec"] / r["baseline_step_time_sec"]
-                     for r in recs])[0]
+                     for r in recs])
     out.append(dict(
         row=row, baseline=base, label=labels.get(row, row),
-        heads=recs[0]["heads"], seeds=len(recs),
-        final_step=recs[0]["final_step"],
-        delta_steps=mean_se([r["delta_equal_steps"] for r in recs])[:2],
-        delta_time=mean_se([r["delta_equal_time"] for r in recs])[:2],
-        steps_mult=mean_se([r["steps_multiplier"] for r in recs])[:2],
-        time_mult=mean_se([r["time_multiplier"] for r in recs])[:2],
-        mult_steps=sorted(set(r["multiplier_at_step"] for r in recs
-                              if r["multiplier_at_step"] is not None)),
-        unreached=sum(1 for r in recs if r["steps_multiplier"] is None),
+        heads=int(recs[0]["heads"]), seeds=len(recs),
+        final_step=int(recs[0]["final_step"]),
+        baseline_final_step=int(recs[0]["baseline_final_step"] or
+                                recs[0]["final_step"]),
+        delta_steps=stat("delta_equal_steps"),
+        delta_time=stat("delta_equal_time"),
+        steps_mult=stat("steps_multiplier"), time_mult=stat("time_multiplier"),
+        common_mult=stat("steps_multiplier_common"),
+        common_step=recs[0]["multiplier_at_step"],
         step_time_ratio=ratio,
         wins=sum(1 for r in recs if r["delta_equal_steps"] < 0)))
   return out
 
 
-def format_mean_se(value, fmt="%+.3f"):
-  """(mean, se) as "-0.054 ± 0.002" ("n/a" without a mean)."""
-  mean, se = value
+def format_mean_se(value, fmt="%+.3f", seeds=None):
+  """(mean, se[, n]) as "-0.054 ± 0.002"; "(n=1)" when fewer values than
+  `seeds` went into it; "n/a" without a mean."""
+  mean, se = value[:2]
+  n = value[2] if len(value) > 2 else None
   if mean is None:
     return "n/a"
-  return (fmt % mean) + ("" if se is None else " ± %.3f" % se)
+  text = (fmt % mean) + ("" if se is None else " ± %.3f" % se)
+  if seeds is not None and n is not None and n < seeds:
+    text += " (n=%d)" % n
+  return text
 
 
-
-
-
-def _mult(summary):
-  mean, se = summary["time_mult"]
-  steps = summary["steps_mult"]
-  if steps[0] is None:
-    return "not reached", "not reached"
-  where = ""
-  if summary["mult_steps"] and summary["mult_steps"][-1] != summary[
-      "final_step"]:
-    where = " (at step %s)" % ",".join(str(s) for s in summary["mult_steps"])
-  if summary["unreached"]:
-    where += " (%d seed%s not reached)" % (
-        summary["unreached"], "" if summary["unreached"] == 1 else "s")
-  return (format_mean_se(steps, "%.2f×") + where,
-          "n/a" if mean is None else format_mean_se((mean, se), "%.2f×"))
+def _multipliers(s):
+  """The two multiplier cells of a summary: at the final step, and at the
+  latest step every seed's multi-head reaches."""
+  seeds = s["seeds"]
+  mean, _, n = s["steps_mult"]
+  if n == seeds:
+    final = "%s / %s" % (format_mean_se(s["steps_mult"], "%.2f×"),
+                         format_mean_se(s["time_mult"], "%.2f×", seeds))
+  elif n == 0:
+    final = "> %.2f× (not reached in %d steps)" % (
+        s["baseline_final_step"] / float(s["final_step"]),
+        s["baseline_final_step"])
+  else:
+    final = "%s; %d of %d seeds not reached" % (
+        format_mean_se(s["steps_mult"], "%.2f×"), seeds - n, seeds)
+  del mean
+  if s["common_step"] is None:
+    common = "n/a"
+  else:
+    common = "%s at step %d" % (format_mean_se(s["common_mult"], "%.2f×",
+                                               seeds), s["common_step"])
+  return final, common
 
 
 def markdown(summaries):
   """The comparison table (one line per pair)."""
   lines = [
       "| variant | heads | vs | seeds | Δ ln(PPL) equal steps | "
-      "Δ ln(PPL) equal time | step time ratio | multi-head steps to match "
-      "| multi-head time to match | better (seeds) |",
+      "Δ ln(PPL) equal time | step time ratio | multi-head steps / time to "
+      "reach the variant's final loss | multi-head steps to reach the "
+      "variant's loss at an earlier step | better (seeds) |",
       "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
   for s in summaries:
-    steps_mult, time_mult = _mult(s)
-    ratio = s["step_time_ratio"]
+    final, common = _multipliers(s)
+    seeds = s["seeds"]
     lines.append("| %s | %d | %s | %d | %s | %s | %s | %s | %s | %d/%d |" % (
-        s["label"], s["heads"], s["baseline"], s["seeds"],
-        format_mean_se(s["delta_steps"]), format_mean_se(s["delta_time"]),
-        "n/a" if ratio is None else "%.2f" % ratio,
-        steps_mult, time_mult, s["wins"], s["seeds"]))
+        s["label"], s["heads"], s["baseline"], seeds,
+        format_mean_se(s["delta_steps"], seeds=seeds),
+        format_mean_se(s["delta_time"], seeds=seeds),
+        format_mean_se(s["step_time_ratio"], "%.2f", seeds),
+        final, common, s["wins"], seeds))
   return "\n".join(lines) + "\n"
 
 
 NOTE = (
     "Δ = variant − multi-head held-out ln(PPL) (negative: the variant is "
-    "better), mean ± standard error over seeds, paired by seed.  Equal steps: "
-    "at the last evaluated step.  Equal time: at the shorter run's training "
-    "time (median s/step × steps; graph building and evaluation excluded), "
-    "the other curve interpolated between evaluated steps.  Step time ratio: "
-    "variant ÷ multi-head.  Multi-head steps (time) to match: multi-head's "
-    "steps (training seconds) to reach the variant's held-out loss ÷ the "
-    "variant's, read off multi-head's curve, at the variant's last step "
-    "unless another step is named.\n")
+    "better), mean ± standard error over seeds, paired by seed; (n=k) marks "
+    "a figure that fewer seeds give.  Equal steps: at the last evaluated "
+    "step.  Equal time: at the shorter run's training time (median s/step × "
+    "steps; graph building and evaluation excluded), the other curve read "
+    "at the step it had reached by then, linear between evaluated steps.  "
+    "Step time ratio: variant ÷ multi-head.  Multipliers: multi-head's steps "
+    "(and training time) to reach the variant's held-out loss ÷ the "
+    "variant's, read off multi-head's curve (linear between evaluated "
+    "steps): at the variant's final step, or a lower bound when multi-head "
+    "never gets there; and at the latest earlier step that every seed's "
+    "multi-head reaches.  Rows without a multi-head row of the same head "
+    "count are not compared.\n")
 
 
-def write(output_dir, rows, seeds, model_dir_fn, labels):
+def write(output_dir, rows, seeds, model_dir_fn, labels, finished=None):
   """Writes comparison.csv and comparison.md; returns the summaries."""
   step_times = read_step_times(output_dir)
-  records = compare(rows, seeds, model_dir_fn, step_times)
+  records = compare(rows, seeds, model_dir_fn, step_times, finished)
   with open(os.path.join(output_dir, COMPARISON_CSV), "w", newline="") as f:
     writer = csv.DictWriter(f, COLUMNS, lineterminator="\n")
     writer.writeheader()
@@ -345,23 +417,26 @@ def write(output_dir, rows, seeds, model_dir_fn, labels):
     f.write("# Each variant vs multi-head attention\n\n")
     f.write(markdown(summaries) + "\n" + NOTE)
     f.write("\nStep times: %s.\n" % (
-        "measured side by side, from %s (benchmarks/small_regime.py)"
-        % STEP_TIMES if step_times else
-        "each run's own median (runs that did not run side by side: on a "
-        "shared machine they measure the load as much as the model)"))
+        "measured side by side, from %s (benchmarks/small_regime.py: one "
+        "SGD step of the same model in the test harness, no input pipeline "
+        "and no Adafactor; rows interleaved)" % STEP_TIMES if step_times
+        else "each run's own median (runs that did not run side by side: on "
+        "a shared machine they measure the load as much as the model)"))
   return summaries
 
 
-def plot_curves(rows, seeds, model_dir_fn, path, title=""):
+def plot_curves(rows, seeds, model_dir_fn, path, title="", caption="",
+                step_times=None):
   """Held-out ln(PPL) against steps and against training seconds (mean
-  over seeds at each evaluated step), one line per row."""
+  over seeds at each evaluated step), one line per row; `caption` (the
+  command that made it) under the plots; step_times as in compare()."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(12, 4.8),
+  fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(12, 5.2),
                                          sharey=True)
   for row in rows:
-    curves = [c for c in (read_curve(model_dir_fn(row, s))
+    curves = [c for c in (_curve(row, s, model_dir_fn, step_times or {})
                           for s in range(1, seeds + 1)) if c is not None]
     if not curves:
       continue
@@ -381,7 +456,9 @@ def plot_curves(rows, seeds, model_dir_fn, path, title=""):
     ax.grid(alpha=0.3)
   by_step.legend(fontsize=7)
   fig.suptitle(title)
-  fig.tight_layout()
+  if caption:
+    fig.text(0.01, 0.01, caption, fontsize=7, family="monospace")
+  fig.tight_layout(rect=(0, 0.04 if caption else 0, 1, 1))
   fig.savefig(path, dpi=100)
   plt.close(fig)
   return path

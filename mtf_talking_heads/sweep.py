@@ -1007,11 +1007,13 @@ class Sweep(object):
         log.write("$ %s\n" % " ".join(shlex.quote(a) for a in argv))
         log.flush()
         began = time.time()
-        code = subprocess.call(argv, stdout=log, stderr=subprocess.STDOUT)
+        try:  # an interrupted piece's time counts too (Ctrl-C, SIGTERM)
+          code = subprocess.call(argv, stdout=log, stderr=subprocess.STDOUT)
+        finally:
+          _write_run_time(run.model_dir, spent, time.time() - start,
+                          _children_cpu_seconds() - cpu_start)
         log.write("# exit status %d after %.1f s\n" % (code,
                                                       time.time() - began))
-      _write_run_time(run.model_dir, spent, time.time() - start,
-                      _children_cpu_seconds() - cpu_start)
       if code != 0:
         with open(log_path) as log:
           tail = "".join(log.readlines()[-15:])
@@ -1030,7 +1032,7 @@ class Sweep(object):
             % (run.row.name, run.seed, os.path.join(
                 run.model_dir, progress.EVAL_RESULTS), step, sorted(evals)))
       record[key] = evals[step]
-    record["step_time_sec"] = step_time(read_train_log(run.model_dir))
+    record["step_time_sec"] = comparison.median_step_time(run.model_dir)
     record["wall_sec"] = round(wall, 1)
     record["cpu_sec"] = round(cpu, 1)
     return record
@@ -1105,7 +1107,8 @@ class Sweep(object):
     with open(path, "w") as f:
       f.write(header + self.markdown(summary))
     comparison.write(self.output_dir, self.rows, self.seeds, self.model_dir,
-                     {r.name: r.label for r in self.rows})
+                     {r.name: r.label for r in self.rows},
+                     finished=set(self.read_results()))
 
   def write_plots(self):
     """plot_heads.png, plot_loss.png, plot_step_time.png in output_dir."""
@@ -1121,8 +1124,29 @@ class Sweep(object):
     plot_step_time(summary, paths[2], title=self.table)
     paths.append(comparison.plot_curves(
         self.rows, self.seeds, self.model_dir,
-        os.path.join(self.output_dir, CURVES_PLOT), title=self.table))
+        os.path.join(self.output_dir, CURVES_PLOT), title=self.table,
+        caption=self.command_line(),
+        step_times=comparison.read_step_times(self.output_dir)))
     return paths
+
+  def command_line(self):
+    """An `mtf_th sweep` command that makes this sweep (for captions).
+
+    Paper-table sweeps name their rows by number; grid sweeps are described
+    by their table label only.
+    """
+    if self.table not in paper_table_names(self.gin_dir):
+      return "mtf_th sweep (%s) --output_dir %s" % (self.table,
+                                                     self.output_dir)
+    all_rows = [r.name for r in paper_table_rows(self.table, self.gin_dir)]
+    numbers = [str(all_rows.index(r.name) + 1) for r in self.rows
+               if r.name in all_rows]
+    rows = ("" if numbers == [str(i + 1) for i in range(len(all_rows))]
+            else " --rows " + ",".join(numbers))
+    return ("mtf_th sweep --paper_table %s%s --scale %s --seeds %d "
+            "--train_steps %d --eval_steps %s --output_dir %s" % (
+                self.table, rows, self.scale, self.seeds, self.train_steps,
+                ",".join(map(str, self.eval_steps)), self.output_dir))
 
   def dry_run_text(self):
     """The commands every run would execute, then the table (costs only)."""

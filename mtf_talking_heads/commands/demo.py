@@ -68,80 +68,114 @@ RECORDED = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "sweeps", TABLE)
 
 
+def _recorded(comparison, path):
+  """(sweep.json settings, summaries by heads) of a recorded sweep, or None."""
+  import json  # pylint: disable=g-import-not-at-top
+  csv_path = os.path.join(path, comparison.COMPARISON_CSV)
+  manifest = os.path.join(path, "sweep.json")
+  if not (os.path.exists(csv_path) and os.path.exists(manifest)):
+    return None
+  with open(manifest) as f:
+    settings = json.load(f)
+  summaries = comparison.summarize(comparison.read_records(csv_path), {})
+  return settings, {s["heads"]: s for s in summaries}
+
+
 def recorded_sweep(comparison, path=RECORDED):
   """The repository's multi-seed lm_heads comparison, as demo text."""
-  csv_path = os.path.join(path, comparison.COMPARISON_CSV)
-  if not os.path.exists(csv_path):
+  recorded = _recorded(comparison, path)
+  if recorded is None:
     return ("This run is one seed; docs/results.md has the same comparison "
-            "over 3 seeds (the recorded sweep is not in this installation).")
-  import csv  # pylint: disable=g-import-not-at-top
-  with open(csv_path) as f:
-    records = [{k: (None if v == "" else (v if k in ("row", "baseline") else
-                                           float(v)))
-                for k, v in r.items()} for r in csv.DictReader(f)]
-  lines = ["This run is one seed. The same runs over several seeds, recorded "
-           "in sweeps/%s (docs/results.md; mean ± standard error):" % TABLE,
+            "over several seeds (the recorded sweep is not in this "
+            "installation).\n")
+  settings, by_heads = recorded
+  lines = ["This run is one seed. The recorded sweep %s (%s scale, %d "
+           "steps, evaluated at %s; docs/results.md), paired by seed, mean "
+           "± standard error:" % (
+               os.path.relpath(path), settings["scale"],
+               settings["train_steps"],
+               ",".join(map(str, settings["eval_steps"]))),
            "",
            "| heads | seeds | Δ ln(PPL) equal steps | Δ ln(PPL) equal time |"
            " talking heads better |", "|---:|---:|---:|---:|---:|"]
-  for s in sorted(comparison.summarize(records, {}),
-                  key=lambda s: s["heads"]):
+  for heads in sorted(by_heads):
+    s = by_heads[heads]
     lines.append("| %d | %d | %s | %s | %d/%d |" % (
-        s["heads"], s["seeds"], comparison.format_mean_se(s["delta_steps"]),
-        comparison.format_mean_se(s["delta_time"]), s["wins"], s["seeds"]))
+        heads, s["seeds"],
+        comparison.format_mean_se(s["delta_steps"], seeds=s["seeds"]),
+        comparison.format_mean_se(s["delta_time"], seeds=s["seeds"]),
+        s["wins"], s["seeds"]))
   return "\n".join(lines) + "\n"
 
 
-def report(job, comparison, summaries, elapsed, png):
+def verdict(delta, recorded_summary):
+  """Says whether a one-seed Δ is beyond the recorded seed noise."""
+  side = "talking heads" if delta < 0 else "multi-head"
+  if recorded_summary is None:
+    return "%s lower in this run (one seed)" % side
+  mean, se, n = recorded_summary["delta_steps"]
+  if se is None or n < 2:
+    return "%s lower in this run; the recorded sweep has %d seed%s here" % (
+        side, n, "" if n == 1 else "s")
+  beyond = abs(mean) > 2 * se
+  return ("%s lower; over %d recorded seeds Δ = %s, %s" % (
+      side, n, "%+.3f ± %.3f" % (mean, se),
+      "more than twice its standard error" if beyond else
+      "within twice its standard error: not distinguishable from seed noise"))
+
+
+def _cell(value, fmt):
+  return "n/a" if value is None or value != value else fmt % value
+
+
+def report(job, comparison, elapsed, png, recorded_path=RECORDED):
   """The demo's markdown: equal steps, equal time, steps/s, costs."""
   mh, th = job.rows
-  records = {r["row"]: r for r in comparison.compare(
-      job.rows, job.seeds, job.model_dir)}
-  rec = records.get(th.name)
-  if rec is None:
+  finished = set(job.read_results())
+  records = comparison.compare(job.rows, 1, job.model_dir, finished=finished)
+  if not records:
     return "no comparison: a run has no evaluations (see %s)" % job.output_dir
+  rec = records[0]
+  budget = rec["equal_time_sec"]
   costs = {r.name: job.cost_record(r) for r in job.rows}
   lines = [
       "| attention | heads | d_k = d_v | params / att. layer | "
       "multiplies / att. layer | steps/s | held-out ln(PPL) after %d steps "
-      "| held-out ln(PPL) after %.0f s of training |" % (
-          rec["final_step"], rec["equal_time_sec"]),
+      "| held-out ln(PPL) after %s s of training |" % (
+          rec["final_step"], _cell(budget, "%.3g")),
       "|---|---:|---:|---:|---:|---:|---:|---:|"]
-  curves = {r.name: comparison.read_curve(job.model_dir(r, 1))
-            for r in job.rows}
   for row in job.rows:
-    curve = curves[row.name]
-    steps_at_budget = rec["equal_time_sec"] / curve.step_time
-    at_time = curve.at_step(steps_at_budget)
-    lines.append("| %s | %d | %d | %d | %.3g | %.2f | %.3f | %.3f (step %d) |"
-                 % (row.label, row.heads, row.d_k, costs[row.name]["params"],
-                    costs[row.name]["multiplies"], 1.0 / curve.step_time,
-                    curve.at_step(rec["final_step"]), at_time,
-                    round(steps_at_budget)))
-  s = summaries[0]
-  verdict = ("talking heads is better" if rec["delta_equal_steps"] < 0
-             else "multi-head is better")
+    curve = comparison.read_curve(job.model_dir(row, 1))
+    step = (None if budget is None else
+            min(curve.final_step, budget / curve.step_time))
+    lines.append("| %s | %d | %d | %d | %.3g | %s | %.3f | %s |" % (
+        row.label, row.heads, row.d_k, costs[row.name]["params"],
+        costs[row.name]["multiplies"], _cell(1.0 / curve.step_time, "%.2f"),
+        curve.at_step(rec["final_step"]),
+        "n/a" if step is None else "%.3f (step %d)" % (curve.at_step(step),
+                                                       round(step))))
+  recorded = _recorded(comparison, recorded_path)
+  ratio = rec["step_time_sec"] / rec["baseline_step_time_sec"]
+  if rec["steps_multiplier"] is not None:
+    mult = "Multi-head needs %.2f× the steps (%s the time) to reach " \
+           "talking heads' final held-out loss." % (
+               rec["steps_multiplier"], _cell(rec["time_multiplier"], "%.2f×"))
+  else:
+    mult = ("Multi-head does not reach talking heads' final held-out loss in "
+            "its %d steps." % rec["baseline_final_step"])
   text = [
       "# mtf_th demo: multi-head vs talking-heads attention, %d heads of "
       "d_k = %d" % (mh.heads, mh.d_k), "",
       "\n".join(lines), "",
-      "Δ (talking heads − multi-head): %+.3f nats/byte at equal steps "
-      "(%s), %s at equal time; talking heads takes %.2f× multi-head's time "
-      "per step." % (
-          rec["delta_equal_steps"], verdict,
-          "n/a" if rec["delta_equal_time"] is None else
-          "%+.3f" % rec["delta_equal_time"], s["step_time_ratio"]),
-      "Multi-head needs %s the steps (%s the time) to reach talking heads' "
-      "held-out loss%s." % (
-          "n/a" if rec["steps_multiplier"] is None else
-          "%.2f×" % rec["steps_multiplier"],
-          "n/a" if rec["time_multiplier"] is None else
-          "%.2f×" % rec["time_multiplier"],
-          "" if rec["multiplier_at_step"] in (None, rec["final_step"]) else
-          " at talking heads' step %d (it does not reach the final one)"
-          % rec["multiplier_at_step"]),
-      "",
-      recorded_sweep(comparison),
+      "Δ (talking heads − multi-head) at equal steps: %+.3f nats/byte (%s)."
+      % (rec["delta_equal_steps"], verdict(
+          rec["delta_equal_steps"],
+          recorded[1].get(th.heads) if recorded else None)),
+      "Δ at equal time: %s; talking heads takes %s× multi-head's time per "
+      "step on this machine." % (_cell(rec["delta_equal_time"], "%+.3f"),
+                                 _cell(ratio, "%.2f")),
+      mult, "",
+      recorded_sweep(comparison, recorded_path),
       "Model: decoder-only byte LM (models/lm_small.gin), d_model 128, 2 "
       "layers, length 128, batch 16, one CPU device; ln(PPL) = mean "
       "cross-entropy in nats per byte of the held-out split; time = median "
@@ -169,7 +203,8 @@ def main(argv=None):
   parser.add_argument("--verbose", action=commands.VerboseAction,
                       help="keep TensorFlow's log, warnings and mtf's "
                       "tf.Print in the runs' sweep.log files")
-  args = commands.parse(parser, sys.argv[1:] if argv is None else argv)
+  argv_used = list(sys.argv[1:] if argv is None else argv)
+  args = commands.parse(parser, argv_used)
   if isinstance(args, int):
     return args
   print("[demo] multi-head vs talking heads, %d heads, %d steps each -> %s"
@@ -202,11 +237,9 @@ def main(argv=None):
     return 1
   png = comparison.plot_curves(
       job.rows, 1, job.model_dir, os.path.join(args.output_dir, "curves.png"),
-      title="decoder-only byte LM, %d heads: held-out loss" % args.heads)
-  summaries = comparison.summarize(
-      comparison.compare(job.rows, 1, job.model_dir),
-      {r.name: r.label for r in job.rows})
-  text = report(job, comparison, summaries, time.time() - start, png)
+      title="decoder-only byte LM, %d heads: held-out loss" % args.heads,
+      caption="mtf_th demo " + " ".join(argv_used))
+  text = report(job, comparison, time.time() - start, png)
   with open(os.path.join(args.output_dir, "demo.md"), "w") as f:
     f.write(text)
   print(text)
