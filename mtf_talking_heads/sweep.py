@@ -1037,16 +1037,25 @@ class Sweep(object):
     record["cpu_sec"] = round(cpu, 1)
     return record
 
-  def run(self):
+  def run(self, train=True):
     """Trains and evaluates every unfinished run; writes results and plots.
 
+    Args:
+      train: False: only rewrite the tables and plots from the recorded
+        runs (the output_dir must hold this sweep).
     Returns:
       the summary rows (summarize()) of all recorded runs.
     """
+    if not train and not os.path.exists(os.path.join(self.output_dir,
+                                                     MANIFEST)):
+      raise ValueError("output_dir=%r holds no sweep to report on"
+                       % self.output_dir)
     self._check_manifest()
     runs = self.runs()
     done = self.read_results()
     todo = [r for r in runs if (r.row.name, r.seed) not in done]
+    if not train:
+      todo = []
     self._say("sweep %s (%s scale, %d rows x %d seeds, %d steps, ln(PPL) at "
               "%s): %d runs, %d already recorded"
               % (self.table, self.scale, len(self.rows), self.seeds,

@@ -546,3 +546,17 @@ def test_eval_steps_give_curves_and_rows_may_be_added(tmp_path, fake_mtf_th):
       r.name for r in rows[2:]}
   assert (out / "comparison.md").exists()
   assert (out / sweep.CURVES_PLOT).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_rewrites_tables_without_training(tmp_path, fake_mtf_th):
+  launcher, calls = fake_mtf_th
+  out = tmp_path / "sweep"
+  with pytest.raises(ValueError, match="holds no sweep"):
+    _grid_sweep(out, launcher, seeds=1).run(train=False)
+  _grid_sweep(out, launcher, seeds=1).run()
+  before = len(calls.read_text().splitlines())
+  (out / "results.md").unlink()
+  (out / "comparison.md").unlink()
+  _grid_sweep(out, launcher, seeds=2).run(train=False)  # seed 2: not run
+  assert len(calls.read_text().splitlines()) == before
+  assert (out / "results.md").exists() and (out / "comparison.md").exists()

@@ -87,6 +87,11 @@ def _build_parser():
                    "--dry_run: print the TPU commands)")
   how.add_argument("--tpu_zone", help="passed on with --tpu")
   how.add_argument("--gcp_project", help="passed on with --tpu")
+  how.add_argument("--report", action="store_true",
+                   help="rewrite results.md, comparison.md and the plots "
+                   "from the runs recorded in --output_dir (after "
+                   "benchmarks/small_regime.py, or while another process "
+                   "trains); train nothing")
   how.add_argument("--dry_run", action="store_true",
                    help="print the commands and the table (params and "
                    "multiplies only); train nothing, write nothing")
@@ -177,7 +182,7 @@ def main(argv=None):
     sys.stdout.flush()
     return _preflight(job, args.tpu)
   try:
-    job.run()
+    job.run(train=not args.report)
   except ValueError as e:  # e.g. output_dir holds another sweep
     print("%s: error: %s" % (PROG, e), file=sys.stderr)
     return 2
