@@ -58,9 +58,11 @@ def _build_parser():
   what.add_argument("--model", default="t5",
                     help="grid rows: t5 (default), bert or albert")
   how = parser.add_argument_group("how")
-  how.add_argument("--scale", default="tiny",
+  how.add_argument("--scale", default=None,
                    help="tiny (CPU: models/<model>_tiny.gin after each row's "
-                   "files; default) or base (the paper's sizes)")
+                   "files; the default for the paper's tables), base (the "
+                   "paper's sizes) or small (the small-regime tables' own "
+                   "models; their default)")
   how.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="runs per row, seed macro 1..N (default 1)")
   how.add_argument("--train_steps", type=int, metavar="N",
@@ -128,7 +130,9 @@ def _make_sweep(args, sweep):
     params.append("mesh_shape = %r" % args.mesh_shape)
   if args.layout:
     params.append("layout = %r" % args.layout)
-  return sweep.Sweep(rows, args.output_dir, scale=args.scale,
+  scale = args.scale or ("small" if sweep.model_and_size(rows[0])[1] ==
+                         "small" else "tiny")
+  return sweep.Sweep(rows, args.output_dir, scale=scale,
                      seeds=args.seeds, train_steps=args.train_steps,
                      eval_steps=args.eval_steps, table=table,
                      gin_files=args.gin_file, gin_params=params, tpu=args.tpu,
