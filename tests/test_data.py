@@ -264,7 +264,7 @@ def test_register_text_tasks_with_user_text(cache_env, tmp_path):
   names = tasks.register_text_tasks("th_test_user", train, validation,
                                     overwrite=True)
   assert names == ["th_test_user_span_corruption", "th_test_user_mlm",
-                   "th_test_user_prefix_lm"]
+                   "th_test_user_prefix_lm", "th_test_user_lm"]
   v = vocab.get_vocabulary()
   exs = _examples("th_test_user_mlm", MLM_LENGTHS)
   assert exs

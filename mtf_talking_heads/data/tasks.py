@@ -307,7 +307,8 @@ def register_text_tasks(name, train_path, validation_path, vocab_path=None,
   """Registers <name>_<objective> tasks over your own files.
 
   Args:
-    name: task name prefix, e.g. "wiki" → wiki_span_corruption, wiki_mlm, ...
+    name: task name prefix, e.g. "wiki" → wiki_span_corruption, wiki_mlm,
+      wiki_prefix_lm, wiki_lm (decoder-only LM, this vocabulary).
     train_path, validation_path: a path, glob pattern or list of them: text
       files (one document per line; wrapped plain text works too) or TFRecord
       files of tf.train.Example with a bytes feature "text".
