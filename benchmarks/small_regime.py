@@ -14,10 +14,12 @@ of the same heads, and the ratio of attention-layer multiplies of the
 paper's formulas (costs.attention_costs).
 
 With --output_dir (a sweep of the same table) it writes
-<output_dir>/step_times.csv (row, step_time_sec, ratio_to_multi_head); the
+<output_dir>/step_times.csv (row, step_time_sec, ratio_to_multi_head; a
+row's step_time_sec is its multi-head row's median times the median ratio,
+so that ratios of these times are the interleaved ratios); the
 sweep's comparison.md then reads its equal-time columns with these step
 times instead of the runs' own, which ran at different times on a shared
-machine (rerun the sweep command to rewrite comparison.md).
+machine (`mtf_th sweep ... --report` rewrites comparison.md).
 """
 import argparse
 import csv
@@ -132,8 +134,14 @@ def main(argv=None):
     with open(path, "w", newline="") as f:
       writer = csv.writer(f, lineterminator="\n")
       writer.writerow(["row", "step_time_sec", "ratio_to_multi_head"])
+      baselines = dict((r.name, b.name) for r, b in comparison.pairs(rows))
+      medians = {name: median for name, median, _ in result}
       for name, median, ratio in result:
-        writer.writerow([name, "%.5f" % median, "%.4f" % ratio])
+        # a variant's time = its baseline's median x the median ratio, so
+        # that the comparison's ratios are the interleaved ones
+        base = baselines.get(name)
+        seconds = medians[base] * ratio if base in medians else median
+        writer.writerow([name, "%.5f" % seconds, "%.4f" % ratio])
     print("wrote %s" % path)
   return 0
 

@@ -1358,7 +1358,7 @@ def markdown_table(summary, eval_steps, d_models, cost_lengths, scale, seeds):
       "and %s (%s); dynamic projections counted folded, as the paper does."
       % ("/".join(str(d) for d in sorted(set(d_models))), length_note,
          "the paper's n=m=512" if scale == "base"
-         else "the tiny model's input length"))
+         else "the model's own input length"))
   return "\n".join(lines) + "\n"
 
 
