@@ -348,7 +348,7 @@ def _multipliers(s):
   """The two multiplier cells of a summary: at the final step, and at the
   latest step every seed's multi-head reaches."""
   seeds = s["seeds"]
-  mean, _, n = s["steps_mult"]
+  n = s["steps_mult"][2]
   if n == seeds:
     final = "%s / %s" % (format_mean_se(s["steps_mult"], "%.2f×"),
                          format_mean_se(s["time_mult"], "%.2f×", seeds))
@@ -359,7 +359,6 @@ def _multipliers(s):
   else:
     final = "%s; %d of %d seeds not reached" % (
         format_mean_se(s["steps_mult"], "%.2f×"), seeds - n, seeds)
-  del mean
   if s["common_step"] is None:
     common = "n/a"
   else:

@@ -41,7 +41,6 @@ import re
 import resource
 import shlex
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -1212,16 +1211,6 @@ def read_eval_results(model_dir, split="validation"):
   """{step: ln_ppl} of `split` from <model_dir>/eval_results.csv."""
   return {r["step"]: r["ln_ppl"] for r in progress.read_eval_results(model_dir)
           if r["split"] == split}
-
-
-def step_time(log_rows):
-  """Seconds per training step: the median of 1/steps_per_sec over the log.
-
-  train_log.csv has one row per logged step with the rate since the row
-  before; the median ignores the few slow rows after each start-up.
-  """
-  times = [1.0 / r[2] for r in log_rows if r[2] > 0]
-  return statistics.median(times) if times else float("nan")
 
 
 # ---------------------------------------------------------------------------

@@ -454,12 +454,6 @@ def test_rerun_with_other_settings_is_refused(tmp_path, fake_mtf_th):
     other.run()
 
 
-def test_step_time_is_the_median_seconds_per_step():
-  log = [(1, 9.0, 0.5), (2, 8.0, 10.0), (3, 7.0, 20.0), (4, 6.0, 10.0)]
-  assert sweep.step_time(log) == pytest.approx(0.1)
-  assert math.isnan(sweep.step_time([]))
-
-
 # ---------------------------------------------------------------------------
 # The real thing, tiny: `mtf_th sweep` trains and evaluates two rows.
 
