@@ -86,11 +86,6 @@ class TrainLog(object):
     self.steps = set(r["step"] for r in rows)
     self.elapsed_at = {r["step"]: r["elapsed_sec"] for r in rows}
 
-  def elapsed_before(self, step):
-    """Training seconds recorded up to `step` (0 if unknown)."""
-    earlier = [s for s in self.elapsed_at if s <= step]
-    return self.elapsed_at[max(earlier)] if earlier else 0.0
-
   def last_elapsed(self):
     """The largest elapsed_sec logged (0 if none): where a resumed run's
     clock continues, so elapsed_sec never decreases down the file (a run
