@@ -1,0 +1,965 @@
+"""Predicted time of one training step of a whole model on named hardware.
+
+Pure Python (no TensorFlow).  A roofline model summed over operations:
+
+  step = sum over ops of max(flops / (peak * matmul_eff),
+                              bytes / (hbm * memory_eff))
+         + ring_bytes / (ici * network_eff)
+
+* Ops run one after another on a device (XLA runs one fused kernel at a
+  time), so their times add; inside one op the matrix unit and the memory
+  system overlap, so an op costs the larger of its two times.  The ring
+  bytes of the collectives are added, not overlapped: mtf places its
+  all-reduces inside the step's single program, between the ops that need
+  them.
+* One training step = forward + backward + optimizer update, of every
+  layer: embedding lookup, each attention layer (any variant, the n x m x
+  heads tensors included), feed-forward, RMS norms and residual adds, the
+  output softmax and its loss, and Adafactor's update of every parameter.
+* Multiplies per attention einsum come from costs.attention_terms, so the
+  attention flops are the paper's formulas (section 5) times 2 (multiply +
+  add) times 3 (forward, and the two backward einsums).
+* Memory traffic: each op reads its inputs and writes its output once
+  (XLA fuses element-wise work into its neighbours; see ELEMENTWISE_PASSES
+  for the passes counted for norms, softmax, loss and optimizer).
+* Ring bytes per device: the gradient all-reduce over the data-parallel
+  axis, and on a `model` axis the heads-parallel all-reduces whose formulas
+  docs/sharding.md derives and mtf_th comm measures (comm.py).
+
+Example:
+  >>> model = paper_model(heads=12, d_k=64, variant="multi_head")
+  >>> r = predict(model, "tpu_v3", mesh_shape="batch:32")
+  >>> round(r["step_s"], 3) > 0
+  True
+
+Everything is per device (an mtf device: a TensorCore on TPU v2/v3, a chip
+on v4 (megacore) and v5e).  The figures of HARDWARE are public
+specifications (docs/costs.md cites each); `cpu` is measured on this
+machine by benchmarks/calibrate_cpu.py (perf_cpu.py).
+"""
+import collections
+import numbers
+import os
+import re
+
+from mtf_talking_heads import costs
+
+# ---------------------------------------------------------------------------
+# Hardware.
+
+Hardware = collections.namedtuple("Hardware", [
+    "name", "peak_flops", "hbm_bytes_per_s", "ici_bytes_per_s",
+    "devices_per_chip", "source"])
+Hardware.__doc__ = """Per-device figures (an mtf device).
+
+Attributes:
+  name: the --hardware name.
+  peak_flops: peak dense matmul FLOP/s (bf16 on TPU; float32 on cpu).
+  hbm_bytes_per_s: memory bandwidth.
+  ici_bytes_per_s: ring bandwidth of a collective, per device.
+  devices_per_chip: mtf devices per chip (the chip figures are divided).
+  source: where the figures come from.
+"""
+
+
+def _tpu(name, chip_flops, chip_hbm, pod_allreduce, pod_chips, devices,
+         source):
+  """A TPU entry from per-chip figures; ICI = the pod's all-reduce
+  bandwidth shared by its chips."""
+  return Hardware(name, chip_flops / devices, chip_hbm / devices,
+                  pod_allreduce / pod_chips / devices, devices, source)
+
+
+_TPU_HARDWARE = (
+    # https://cloud.google.com/tpu/docs/v3: 123 TFLOP/s bf16 and HBM2
+    # 900 GBps per chip, all-reduce 340 TB/s per 1024-chip pod; two
+    # TensorCores per chip, each an mtf device.
+    _tpu("tpu_v3", 123e12, 900e9, 340e12, 1024, 2,
+         "cloud.google.com/tpu/docs/v3"),
+    # https://cloud.google.com/tpu/docs/v4: 275 TFLOP/s, 1200 GBps, all-reduce
+    # 1.1 PB/s per 4096-chip pod; megacore: one device per chip.
+    _tpu("tpu_v4", 275e12, 1200e9, 1.1e15, 4096, 1,
+         "cloud.google.com/tpu/docs/v4"),
+    # https://cloud.google.com/tpu/docs/v5e: 197 TFLOP/s, 819 GBps,
+    # all-reduce 51.2 TB/s per 256-chip pod (= half of the 400 GBps
+    # bidirectional ICI per chip); one TensorCore per chip.
+    _tpu("tpu_v5e", 197e12, 819e9, 51.2e12, 256, 1,
+         "cloud.google.com/tpu/docs/v5e"),
+)
+
+
+def _cpu_hardware():
+  from mtf_talking_heads import perf_cpu  # pylint: disable=g-import-not-at-top
+  c = perf_cpu.CPU
+  return Hardware("cpu", c["matmul_flops"], c["memory_bytes_per_s"],
+                  c["memory_bytes_per_s"], 1,
+                  "benchmarks/calibrate_cpu.py, %s" % c["measured"])
+
+
+def hardware_names():
+  return tuple(h.name for h in _TPU_HARDWARE) + ("cpu",)
+
+
+def get_hardware(name):
+  """The Hardware called `name`.
+
+  Raises:
+    ValueError: naming --hardware and the valid names.
+  """
+  if isinstance(name, Hardware):
+    return name
+  for h in _TPU_HARDWARE:
+    if h.name == name:
+      return h
+  if name == "cpu":
+    return _cpu_hardware()
+  raise ValueError("--hardware %r is unknown; choose one of: %s"
+                   % (name, ", ".join(hardware_names())))
+
+
+# ---------------------------------------------------------------------------
+# Efficiency factors and implementation choices.
+
+Efficiency = collections.namedtuple("Efficiency",
+                                    ["matmul", "memory", "network"])
+Efficiency.__doc__ = """Fractions of the peak figures an op reaches.
+
+matmul: of peak_flops in a compute-bound einsum; memory: of the HBM
+bandwidth in a memory-bound op; network: of the ICI bandwidth.
+"""
+# The three factors of the model, fixed a priori (not fitted): a well-shaped
+# bf16 matmul on a TPU reaches about half of peak once the MXU pipeline
+# fill, padding and the vector work around it are paid; streaming ops reach
+# most of the HBM bandwidth; collectives most of the link bandwidth.
+DEFAULT_EFFICIENCY = Efficiency(matmul=0.5, memory=0.8, network=0.8)
+
+Implementation = collections.namedtuple("Implementation", [
+    "name", "activation_bytes", "core_bytes", "state_bytes",
+    "dynamic_einsums"])
+Implementation.__doc__ = """How the step's code stores and computes things.
+
+Attributes:
+  activation_bytes: bytes per activation element (2: bfloat16).
+  core_bytes: bytes per element of the n x m x heads tensors (J, L, W, U).
+  state_bytes: bytes per parameter element in the optimizer update (float32
+    variables and gradients).
+  dynamic_einsums: how many n x m einsums a talking-heads projection with
+    dynamic terms runs: "mtf" (mtf 0.1.x, which the paper used: the static
+    projection is added to the first dynamic term, one einsum per dynamic
+    term), "separate" (one per term plus the static one: this project's
+    layers, costs.py's default count) or "folded" (one: costs.py's
+    fold_dynamic, the paper's multiplies column).
+"""
+IMPLEMENTATIONS = {
+    # mesh_tensorflow 0.1.x layers on TPU as the paper ran them: bfloat16
+    # activations, softmax in bfloat16 too (docs/tpu.md, stack README).
+    "mtf": Implementation("mtf", 2, 2, 4, "mtf"),
+    # this project's layers on TPU: bfloat16 activations, float32 logits
+    # and softmax (docs/tpu.md), each dynamic term its own einsum.
+    "mtf_th": Implementation("mtf_th", 2, 4, 4, "separate"),
+}
+DYNAMIC_EINSUMS = ("mtf", "separate", "folded")
+
+# HBM passes over the elements of element-wise work, forward + backward
+# (reads + writes, counted as XLA fuses them):
+ELEMENTWISE_PASSES = {
+    # RMS norm: fwd read x, write y; bwd read x, dy, write dx.
+    "norm": 5,
+    # residual add: fwd read 2, write 1; bwd read 1, write 2.
+    "residual": 6,
+    # softmax over m: fwd reduce (read L), normalize (read L, write W); bwd
+    # reduce (read dW, W), then read dW, W, write dL.
+    "softmax": 8,
+    # relative position bias: its add is fused into the softmax; its
+    # gradient sums dL over the batch (read dL).
+    "bias": 1,
+    # sum of two n x m x heads einsum outputs (dynamic terms, "separate" and
+    # "mtf"): fwd read 2 write 1, bwd the gradient is read once per operand.
+    "add": 5,
+    # the output softmax cross-entropy (with z-loss) over the vocabulary:
+    # fwd reduce + loss (read 2), bwd write the gradient of the logits
+    # (read 1, write 1).
+    "loss": 4,
+    # embedding lookup: fwd write x; bwd read dx (scatter-add).
+    "embedding": 2,
+    # Adafactor per parameter element: read the weight, read the gradient
+    # twice (factored second moments, then the update), write the weight.
+    "optimizer": 4,
+}
+
+Op = collections.namedtuple("Op", ["part", "name", "flops", "bytes"])
+Op.__doc__ = """One op of a step on one device: FLOPs and HBM bytes.
+
+part: "embedding", "enc_self", "dec_self", "encdec", "ffn", "norm",
+"logits", "optimizer"; name: the tensor it makes ("J", "dJ/a", ...).
+"""
+
+# ---------------------------------------------------------------------------
+# The model.
+
+Attention = collections.namedtuple("Attention", [
+    "variant", "heads_k", "heads", "heads_v", "d_k", "d_v", "dynamic"])
+Model = collections.namedtuple("Model", [
+    "kind", "num_layers", "d_model", "d_ff", "vocab", "batch",
+    "inputs_length", "targets_length", "enc_self", "dec_self", "encdec",
+    "relative_bias"])
+Model.__doc__ = """A whole transformer, as its gin files configure it.
+
+Attributes:
+  kind: "bitransformer" (encoder + decoder), "lm" (decoder only, on
+    targets_length) or "encoder" (encoder only, on inputs_length).
+  num_layers: layers per stack.
+  d_model, d_ff, vocab: sizes (embedding shared with the softmax).
+  batch: sequences per step (whole mesh).
+  inputs_length, targets_length: sequence lengths.
+  enc_self, dec_self, encdec: the Attention of each placement (None where
+    the model has none).
+  relative_bias: True if self-attention adds a T5 relative position bias.
+"""
+KINDS = ("bitransformer", "lm", "encoder")
+ATTENTION_VARIANTS = costs.VARIANTS + ("dynamic_projections",)
+
+
+def make_attention(variant, heads, d_k=None, d_v=None, heads_k=None,
+                   heads_v=None, dynamic=()):
+  """An Attention, validated by costs.resolve_config.
+
+  variant "dynamic_projections" is talking heads with `dynamic` terms.
+  """
+  if variant == "dynamic_projections":
+    if not dynamic:
+      raise ValueError("variant 'dynamic_projections' needs dynamic terms "
+                       "(a subset of %s)" % ", ".join(costs.DYNAMIC_TERMS))
+    variant = "talking_heads"
+  if variant == "general_bilinear":
+    d_k = d_v = None
+  cfg = costs.resolve_config(variant, heads_k, heads, heads_v, d_k, d_v,
+                             d_model=d_k or 1, length=1, dynamic=dynamic)
+  return Attention(variant, cfg["heads_k"], cfg["heads"], cfg["heads_v"],
+                   d_k if variant != "general_bilinear" else None,
+                   d_v if variant != "general_bilinear" else None,
+                   cfg["dynamic"])
+
+
+def _positive(name, value):
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
+      or value <= 0:
+    raise ValueError("%s must be a positive integer, got %r" % (name, value))
+  return int(value)
+
+
+def make_model(kind, num_layers, d_model, d_ff, vocab, batch, inputs_length,
+               targets_length, enc_self=None, dec_self=None, encdec=None,
+               relative_bias=True):
+  """A validated Model (see Model's attributes)."""
+  if kind not in KINDS:
+    raise ValueError("kind=%r is unknown; choose one of: %s"
+                     % (kind, ", ".join(KINDS)))
+  for name, value in (("num_layers", num_layers), ("d_model", d_model),
+                      ("d_ff", d_ff), ("vocab", vocab), ("batch", batch),
+                      ("inputs_length", inputs_length),
+                      ("targets_length", targets_length)):
+    _positive(name, value)
+  needed = {"bitransformer": ("enc_self", "dec_self", "encdec"),
+            "lm": ("dec_self",), "encoder": ("enc_self",)}[kind]
+  given = dict(enc_self=enc_self, dec_self=dec_self, encdec=encdec)
+  for name in needed:
+    if not isinstance(given[name], Attention):
+      raise ValueError("a %s model needs an Attention for %s" % (kind, name))
+  return Model(kind, num_layers, d_model, d_ff, vocab, batch, inputs_length,
+               targets_length, *(given[n] if n in needed else None
+                                 for n in ("enc_self", "dec_self", "encdec")),
+               relative_bias=bool(relative_bias))
+
+
+# The paper's T5 (section 7.1): 12 + 12 layers, d_model 768, d_ff 3072,
+# batch 128 x (512 inputs, 114 targets); T5's SentencePiece vocabulary of
+# 32000 pieces + 100 sentinels, padded by mtf to a multiple of 128.
+PAPER_T5 = dict(kind="bitransformer", num_layers=12, d_model=768, d_ff=3072,
+                vocab=32128, batch=128, inputs_length=512,
+                targets_length=114)
+
+
+def paper_model(heads, d_k=None, variant="multi_head", heads_k=None,
+                heads_v=None, d_v=None, dynamic=(), placement="all"):
+  """The paper's T5 with one attention configuration.
+
+  placement "all" puts it in every attention layer; "enc_self", "dec_self"
+  or "encdec" in that kind only, multi-head (same heads, d_k, d_v)
+  elsewhere (Table 4, tab:dp_enc_only).
+  """
+  d_v = d_k if d_v is None else d_v
+  att = make_attention(variant, heads, d_k, d_v, heads_k, heads_v, dynamic)
+  mh = make_attention("multi_head", heads, d_k or PAPER_T5["d_model"],
+                      d_v or PAPER_T5["d_model"])
+  places = ("enc_self", "dec_self", "encdec")
+  if placement != "all" and placement not in places:
+    raise ValueError("placement=%r is unknown; choose all or one of %s"
+                     % (placement, ", ".join(places)))
+  chosen = {p: att if placement in ("all", p) else mh for p in places}
+  return make_model(**dict(PAPER_T5, **chosen))
+
+
+# ---------------------------------------------------------------------------
+# Ops.
+
+def _matmul(part, name, mults, a, b, c):
+  """An einsum C = A.B and its two backward einsums (dA, dB).
+
+  mults: its multiplies (product of all dims); a, b, c: bytes of the
+  operands.  Each of the three einsums costs 2 * mults FLOPs, reads its two
+  inputs and writes its output (dA = dC.B, dB = A.dC).
+  """
+  flops = 2 * mults
+  return [Op(part, name, flops, a + b + c),
+          Op(part, "d%s/a" % name, flops, c + b + a),
+          Op(part, "d%s/b" % name, flops, a + c + b)]
+
+
+def _elementwise(part, name, passes, nbytes):
+  """An element-wise op making `passes` HBM passes over `nbytes` bytes."""
+  return [Op(part, name, 0, passes * nbytes)]
+
+
+def _product(xs):
+  out = 1
+  for x in xs:
+    out *= x
+  return out
+
+
+def _core_einsum_count(n_dynamic, mode):
+  """n x m einsums of one talking-heads projection with n_dynamic terms."""
+  if mode == "folded" or n_dynamic == 0:
+    return 1
+  if mode == "mtf":
+    return n_dynamic
+  return n_dynamic + 1
+
+
+def _projection(part, out, dynamic, which, heads_in, heads_out, d, n, m, b,
+                impl):
+  """Ops of L = J.P_l (which="l") or U = W.P_w ("w") with dynamic terms.
+
+  Each dynamic term first projects its source (X: n rows, M: m rows) to
+  R[rows, heads_in, heads_out]; then impl.dynamic_einsums decides how many
+  n x m einsums mix the heads (their outputs are summed).
+  """
+  e, ec = impl.activation_bytes, impl.core_bytes
+  terms = [t for t in dynamic if t[-1] == which]
+  mixing = heads_in * heads_out
+  ops = []
+  for t in terms:
+    rows = b * (n if t[0] == "x" else m)
+    ops += _matmul(part, "R_" + t, rows * d * mixing, rows * d * e,
+                   d * mixing * e, rows * mixing * e)
+  count = _core_einsum_count(len(terms), impl.dynamic_einsums)
+  src, dst = b * n * m * heads_in * ec, b * n * m * heads_out * ec
+  for i in range(count):
+    if i < len(terms):  # the projection is (static +) R: one per row
+      proj = b * (n if terms[i][0] == "x" else m) * mixing * e
+    else:
+      proj = mixing * e
+    ops += _matmul(part, "%s%d" % (out, i), b * n * m * mixing, src, proj,
+                   dst)
+  if count > 1:
+    ops += _elementwise(part, out + "_sum",
+                        ELEMENTWISE_PASSES["add"] * (count - 1), dst)
+  return ops
+
+
+def attention_ops(att, d_model, n, m, batch, impl, part, bias=False):
+  """The ops of one attention layer (forward + backward) on `batch` rows.
+
+  Args:
+    att: an Attention.
+    d_model: d_X = d_M = d_Y.
+    n, m: query and memory lengths.
+    batch: examples on this device.
+    impl: an Implementation.
+    part: label of the ops.
+    bias: add the relative-position-bias gradient pass.
+  Returns:
+    [Op].
+  """
+  terms = costs.attention_terms(att.variant, att.heads_k, att.heads,
+                                att.heads_v, att.d_k, att.d_v, d_model,
+                                max(n, m), dynamic=att.dynamic,
+                                fold_dynamic=True)
+  hk, h, hv = terms["heads_k"], terms["heads"], terms["heads_v"]
+  dk, dv, d = terms["d_k"], terms["d_v"], d_model
+  e, ec = impl.activation_bytes, impl.core_bytes
+  b = batch
+  x, mem = b * n * d * e, b * m * d * e
+  ops = []
+  if att.variant == "general_bilinear":
+    xp, a_h = b * n * d * h * e, b * n * m * h * ec
+    ops += _matmul(part, "XP", b * n * d * d * h, x, d * d * h * e, xp)
+    ops += _matmul(part, "L", b * n * m * d * h, xp, mem, a_h)
+    ops += _elementwise(part, "softmax", ELEMENTWISE_PASSES["softmax"], a_h)
+    ops += _matmul(part, "WM", b * n * m * d * h, a_h, mem, xp)
+    ops += _matmul(part, "Y", b * n * d * d * h, xp, d * d * h * e, x)
+  else:
+    q, k = b * n * dk * hk * e, b * m * dk * hk * e
+    v, o = b * m * dv * hv * e, b * n * dv * hv * e
+    ops += _matmul(part, "Q", b * n * d * dk * hk, x, d * dk * hk * e, q)
+    ops += _matmul(part, "K", b * m * d * dk * hk, mem, d * dk * hk * e, k)
+    ops += _matmul(part, "V", b * m * d * dv * hv, mem, d * dv * hv * e, v)
+    a_hk, a_h, a_hv = (b * n * m * hk * ec, b * n * m * h * ec,
+                       b * n * m * hv * ec)
+    has_l, has_w = "P_l" in terms["params"], "P_w" in terms["params"]
+    ops += _matmul(part, "J", b * n * m * dk * hk, q, k, a_hk)
+    if has_l:
+      ops += _projection(part, "L", att.dynamic, "l", hk, h, d, n, m, b, impl)
+    ops += _elementwise(part, "softmax", ELEMENTWISE_PASSES["softmax"], a_h)
+    if has_w:
+      ops += _projection(part, "U", att.dynamic, "w", h, hv, d, n, m, b, impl)
+    ops += _matmul(part, "O", b * n * m * dv * hv, a_hv if has_w else a_h, v,
+                   o)
+    ops += _matmul(part, "Y", b * n * d * dv * hv, o, d * dv * hv * e, x)
+  if bias:
+    ops += _elementwise(part, "bias", ELEMENTWISE_PASSES["bias"],
+                        b * n * m * h * ec)
+  return ops
+
+
+def ffn_ops(d_model, d_ff, rows, impl):
+  """DenseReluDense on `rows` positions: two einsums (ReLU fused)."""
+  e = impl.activation_bytes
+  x, hidden, w = rows * d_model * e, rows * d_ff * e, d_model * d_ff * e
+  return (_matmul("ffn", "H", rows * d_model * d_ff, x, w, hidden) +
+          _matmul("ffn", "Y_ff", rows * d_model * d_ff, hidden, w, x))
+
+
+def _sublayer_ops(rows, d_model, impl):
+  """RMS norm before and residual add after one sublayer."""
+  x = rows * d_model * impl.activation_bytes
+  return (_elementwise("norm", "rms_norm", ELEMENTWISE_PASSES["norm"], x) +
+          _elementwise("norm", "residual", ELEMENTWISE_PASSES["residual"], x))
+
+
+def _stacks(model):
+  """[(stack, length, [(placement, memory length)])] of the model."""
+  n_in, n_out = model.inputs_length, model.targets_length
+  if model.kind == "encoder":
+    return [("encoder", n_in, [("enc_self", n_in)])]
+  if model.kind == "lm":
+    return [("decoder", n_out, [("dec_self", n_out)])]
+  return [("encoder", n_in, [("enc_self", n_in)]),
+          ("decoder", n_out, [("dec_self", n_out), ("encdec", n_in)])]
+
+
+def _positions(model):
+  """Positions per example that get a softmax over the vocabulary."""
+  return model.inputs_length if model.kind == "encoder" else \
+      model.targets_length
+
+
+def model_ops(model, batch, impl):
+  """Every op of one training step of `model` on `batch` examples.
+
+  Model-parallel splitting is applied by predict(); these are the ops of
+  one data-parallel group's share of the batch, unsplit.
+
+  Returns:
+    [Op] (the optimizer's are in optimizer_ops).
+  """
+  e = impl.activation_bytes
+  d = model.d_model
+  ops = []
+  for stack, n, layers in _stacks(model):
+    rows = batch * n
+    ops += _elementwise("embedding", "lookup_" + stack,
+                        ELEMENTWISE_PASSES["embedding"], rows * d * e)
+    layer = []
+    for placement, m in layers:
+      att = getattr(model, placement)
+      layer += attention_ops(att, d, n, m, batch, impl, placement,
+                             bias=model.relative_bias and m == n and
+                             placement != "encdec")
+      layer += _sublayer_ops(rows, d, impl)
+    layer += ffn_ops(d, model.d_ff, rows, impl)
+    layer += _sublayer_ops(rows, d, impl)
+    ops += layer * model.num_layers
+    ops += _elementwise("norm", "final_norm", ELEMENTWISE_PASSES["norm"],
+                        rows * d * e)
+  rows = batch * _positions(model)
+  ops += _matmul("logits", "logits", rows * d * model.vocab, rows * d * e,
+                 model.vocab * d * e, rows * model.vocab * e)
+  ops += _elementwise("logits", "loss", ELEMENTWISE_PASSES["loss"],
+                      rows * model.vocab * e)
+  return ops
+
+
+def parameter_count(model):
+  """Learned parameters: attention (costs.py), feed-forward, norms,
+  relative-position biases, the shared embedding."""
+  d = model.d_model
+  total = model.vocab * d
+  for _, _, layers in _stacks(model):
+    per_layer = 2 * d * model.d_ff + d  # FFN + its norm
+    for placement, _ in layers:
+      att = getattr(model, placement)
+      terms = costs.attention_terms(att.variant, att.heads_k, att.heads,
+                                    att.heads_v, att.d_k, att.d_v, d, 1,
+                                    dynamic=att.dynamic)
+      per_layer += sum(_product(s) for s in terms["params"].values()) + d
+    total += per_layer * model.num_layers + d  # + final norm
+    if model.relative_bias:
+      total += 32 * getattr(model, layers[0][0]).heads  # 32 buckets, shared
+  return total
+
+
+def optimizer_ops(params, impl):
+  """Adafactor's update of `params` parameter elements."""
+  return _elementwise("optimizer", "adafactor",
+                      ELEMENTWISE_PASSES["optimizer"],
+                      params * impl.state_bytes)
+
+
+# ---------------------------------------------------------------------------
+# Mesh and ring bytes.
+
+def parse_mesh(mesh_shape):
+  """{"batch": B, "model": P} from "batch:4,model:8" (either may be absent).
+
+  Raises:
+    ValueError: naming --mesh_shape.
+  """
+  sizes = {"batch": 1, "model": 1}
+  for item in [x for x in re.split(r"[;,\s]+", mesh_shape or "") if x]:
+    name, _, size = item.partition(":")
+    if name not in sizes or not size.isdigit() or int(size) <= 0:
+      raise ValueError(
+          "--mesh_shape %r: %r is not NAME:SIZE with NAME batch or model and "
+          "a positive SIZE (e.g. batch:16 or batch:2,model:8)"
+          % (mesh_shape, item))
+    sizes[name] = int(size)
+  return sizes
+
+
+def _replicated_core(att):
+  """True if heads-parallel leaves the softmax whole on every device:
+  variants that mix heads (h_k / h_v split, h whole)."""
+  return att.variant in ("talking_heads", "project_logits", "project_weights")
+
+
+def attention_ring_elements(att, d_model, n, m, batch, model_axis):
+  """Elements sent per device by one heads-parallel attention layer.
+
+  The formulas of docs/sharding.md, which `mtf_th comm` measures
+  (tests/test_perf.py checks them against its measured figures): with P the
+  model axis, X = b n d and A_h = b n m h,
+    multi-head, general bilinear: 4 (P-1)/P X    (all-reduce of Y and dX)
+    talking heads:     4 (P-1)/P (X + A_h)   (+ L forward, dW backward)
+    project logits / project weights: 4 (P-1)/P X + 2 (P-1)/P A_h.
+  Dynamic terms add no collective here (R is split like J or U).
+  """
+  p = model_axis
+  if p == 1:
+    return 0
+  x = batch * n * d_model
+  a_h = batch * n * m * att.heads
+  f = (p - 1) / p
+  total = 4 * f * x
+  if att.variant == "talking_heads":
+    total += 4 * f * a_h
+  elif att.variant in ("project_logits", "project_weights"):
+    total += 2 * f * a_h
+  return total
+
+
+def model_ring_elements(model, batch, model_axis):
+  """Activation elements sent per device on the model axis for one step:
+  attention (above), feed-forward (d_ff split: all-reduce of its output and
+  of dX) and the vocabulary-split embedding and softmax (all-reduce of the
+  embedded inputs forward, of dX of the logits backward)."""
+  p = model_axis
+  if p == 1:
+    return 0
+  f = (p - 1) / p
+  d = model.d_model
+  total = 0
+  for _, n, layers in _stacks(model):
+    rows = batch * n
+    layer = 4 * f * rows * d
+    for placement, m in layers:
+      layer += attention_ring_elements(getattr(model, placement), d, n, m,
+                                       batch, p)
+    total += layer * model.num_layers + 2 * f * rows * d
+  total += 2 * f * batch * _positions(model) * d
+  return total
+
+
+def _split(op, model_axis, replicated):
+  if model_axis == 1 or replicated:
+    return op
+  return op._replace(flops=op.flops / model_axis, bytes=op.bytes / model_axis)
+
+
+# ---------------------------------------------------------------------------
+# Prediction.
+
+def _check_efficiency(eff):
+  for name, value in zip(Efficiency._fields, eff):
+    if not isinstance(value, (int, float)) or not 0 < value <= 1:
+      raise ValueError("efficiency %s must be in (0, 1], got %r"
+                       % (name, value))
+
+
+def op_seconds(op, hw, eff):
+  """max(compute time, memory time) of one op."""
+  return max(op.flops / (hw.peak_flops * eff.matmul),
+             op.bytes / (hw.hbm_bytes_per_s * eff.memory))
+
+
+def predict(model, hardware, mesh_shape="batch:1", impl="mtf",
+            efficiency=DEFAULT_EFFICIENCY):
+  """Predicted seconds of one training step, per device.
+
+  Args:
+    model: a Model.
+    hardware: a name from hardware_names() (or a Hardware).
+    mesh_shape: "batch:B,model:P": B data-parallel groups (each gets
+      batch / B examples, gradients all-reduced over B) of P devices that
+      split heads, d_ff and the vocabulary (heads-parallel layout).
+    impl: a key of IMPLEMENTATIONS (or an Implementation).
+    efficiency: an Efficiency.
+
+  Returns:
+    dict: step_s = compute_s + memory_s + network_s, where compute_s sums
+    the ops bound by FLOPs and memory_s those bound by bytes; flops, bytes
+    and ring_bytes per device; params; parts = {part: seconds}.
+
+  Raises:
+    ValueError: naming the bad argument (before anything is computed).
+  """
+  hw = get_hardware(hardware)
+  if not isinstance(model, Model):
+    raise ValueError("model must be a Model (make_model / paper_model / "
+                     "model_from_gin), got %r" % (model,))
+  if not isinstance(impl, Implementation):
+    if impl not in IMPLEMENTATIONS:
+      raise ValueError("--implementation %r is unknown; choose one of: %s"
+                       % (impl, ", ".join(IMPLEMENTATIONS)))
+    impl = IMPLEMENTATIONS[impl]
+  _check_efficiency(efficiency)
+  mesh = parse_mesh(mesh_shape)
+  if model.batch % mesh["batch"]:
+    raise ValueError("batch %d is not divisible by the mesh's batch axis "
+                     "(%d); choose a --mesh_shape whose batch size divides "
+                     "it" % (model.batch, mesh["batch"]))
+  batch = model.batch // mesh["batch"]
+  p = mesh["model"]
+  ops = []
+  for op in model_ops(model, batch, impl):
+    att = getattr(model, op.part, None) if op.part in (
+        "enc_self", "dec_self", "encdec") else None
+    replicated = op.part in ("norm", "embedding") or (
+        att is not None and _replicated_core(att) and
+        op.name in ("softmax", "bias"))
+    ops.append(_split(op, p, replicated))
+  params = parameter_count(model)
+  ops += optimizer_ops(params / p, impl)
+  ring = (2 * (mesh["batch"] - 1) / mesh["batch"] * params / p *
+          impl.state_bytes +
+          model_ring_elements(model, batch, p) * impl.activation_bytes)
+  compute_s = memory_s = 0.0
+  parts = collections.OrderedDict()
+  for op in ops:
+    t_c = op.flops / (hw.peak_flops * efficiency.matmul)
+    t_m = op.bytes / (hw.hbm_bytes_per_s * efficiency.memory)
+    if t_c >= t_m:
+      compute_s += t_c
+    else:
+      memory_s += t_m
+    parts[op.part] = parts.get(op.part, 0.0) + max(t_c, t_m)
+  network_s = ring / (hw.ici_bytes_per_s * efficiency.network)
+  parts["network"] = network_s
+  return dict(step_s=compute_s + memory_s + network_s, compute_s=compute_s,
+              memory_s=memory_s, network_s=network_s,
+              flops=sum(op.flops for op in ops),
+              bytes=sum(op.bytes for op in ops), ring_bytes=ring,
+              params=params, parts=parts, hardware=hw.name,
+              mesh_shape=mesh_shape, implementation=impl.name)
+
+
+# ---------------------------------------------------------------------------
+# Reading a model from gin files (text only: no TensorFlow, gin's global
+# configuration untouched).
+
+# mtf_th attention classes -> variant (self and encoder-attention classes).
+_CLASS_VARIANTS = {
+    "MultiHead": "multi_head", "TalkingHeads": "talking_heads",
+    "ProjectLogits": "project_logits", "ProjectWeights": "project_weights",
+    "DynamicProjections": "dynamic_projections",
+    "GeneralBilinear": "general_bilinear",
+}
+_MODEL_TYPES = {"bitransformer": "bitransformer", "lm": "lm",
+                "aligned": "encoder"}
+_PLACEMENT_MACROS = ("enc_self_attention", "dec_self_attention",
+                     "encdec_attention")
+
+
+class _Ref(collections.namedtuple("_Ref", ["name"])):
+  """@configurable reference."""
+
+
+class _Macro(collections.namedtuple("_Macro", ["name"])):
+  """%macro reference."""
+
+
+def _read_gin(gin_files, gin_params, gin_dir):
+  """(macros, bindings) of gin files + bindings, later ones overriding."""
+  from gin import config_parser  # pylint: disable=g-import-not-at-top
+
+  class Delegate(config_parser.ParserDelegate):
+
+    def configurable_reference(self, scoped_name, evaluate):
+      return _Ref(scoped_name)
+
+    def macro(self, name):
+      return _Macro(name)
+
+  macros, bindings = {}, {}
+
+  def read(text, where, including=None, stack=()):
+    try:
+      statements = list(config_parser.ConfigParser(text, Delegate()))
+    except SyntaxError as e:
+      raise ValueError("%s: gin syntax error: %s" % (where, e)) from None
+    for st in statements:
+      if isinstance(st, config_parser.IncludeStatement):
+        path = _find_gin(st.filename, including, gin_dir)
+        if path in stack:
+          raise ValueError("gin include cycle at %s" % path)
+        with open(path) as f:
+          read(f.read(), path, path, stack + (path,))
+      elif isinstance(st, config_parser.BindingStatement):
+        if not st.scope and not st.arg_name and "." not in st.selector:
+          macros[st.selector] = st.value
+        else:
+          key = "%s%s.%s" % (st.scope + "/" if st.scope else "",
+                             st.selector, st.arg_name)
+          bindings[key] = st.value
+
+  for name in gin_files:
+    path = _find_gin(name, None, gin_dir)
+    with open(path) as f:
+      read(f.read(), path, path, (path,))
+  for i, text in enumerate(gin_params):
+    read(text, "--gin_param %r" % text)
+  return macros, bindings
+
+
+def _find_gin(name, including, gin_dir):
+  candidates = [name] if os.path.isabs(name) else [
+      os.path.join(gin_dir, name), name]
+  if including and not os.path.isabs(name):
+    candidates.append(os.path.join(os.path.dirname(including), name))
+  for path in candidates:
+    if os.path.isfile(path):
+      return path
+  raise ValueError("gin file %r not found (looked in %s); give a path or a "
+                   "name under gin/, e.g. experiments/t5_heads/"
+                   "02_multi_head_12_64.gin" % (name, ", ".join(candidates)))
+
+
+def _resolve(value, macros, seen=()):
+  if isinstance(value, _Macro):
+    if value.name in seen or value.name not in macros:
+      raise ValueError("gin macro %%%s is undefined or cyclic" % value.name)
+    return _resolve(macros[value.name], macros, seen + (value.name,))
+  if isinstance(value, list):
+    return [_resolve(v, macros, seen) for v in value]
+  return value
+
+
+def _placement_variant(ref, where):
+  name = ref.name.split(".")[-1] if isinstance(ref, _Ref) else None
+  for prefix, variant in _CLASS_VARIANTS.items():
+    if name in (prefix + "Attention", prefix + "EncoderAttention"):
+      return variant
+  raise ValueError("%s = %r is not an mtf_th attention class (one of %s)"
+                   % (where, ref, ", ".join(
+                       "mtf_th.%sAttention" % p for p in _CLASS_VARIANTS)))
+
+
+def model_from_gin(gin_files, gin_params=(), vocab=PAPER_T5["vocab"],
+                   gin_dir=None):
+  """The Model that `mtf_th train` would build from these gin files.
+
+  Reads the macros num_layers, d_model, d_ff, batch_size, inputs_length,
+  targets_length, heads_k, heads, heads_v, d_k, d_v, dynamic,
+  relative_attention_type and the placement macros (enc_self_attention,
+  dec_self_attention, encdec_attention), and the binding
+  utils.run.model_type.  The vocabulary comes from the task, not from gin:
+  `vocab` (default T5's 32128).
+
+  Raises:
+    ValueError: a missing file or macro, naming it.
+  """
+  from mtf_talking_heads import gin_paths  # pylint: disable=g-import-not-at-top
+  gin_dir = gin_dir or gin_paths.gin_dir()
+  macros, bindings = _read_gin(list(gin_files), list(gin_params), gin_dir)
+  where = ", ".join(gin_files) or "the gin files"
+
+  def get(name):
+    if name not in macros:
+      raise ValueError("%s does not define the gin macro %r" % (where, name))
+    return _resolve(macros[name], macros)
+
+  model_type = _resolve(bindings.get("utils.run.model_type",
+                                     "bitransformer"), macros)
+  if model_type not in _MODEL_TYPES:
+    raise ValueError("%s: utils.run.model_type = %r is not one of %s"
+                     % (where, model_type, ", ".join(_MODEL_TYPES)))
+  kind = _MODEL_TYPES[model_type]
+  dims = dict(heads=get("heads"), d_k=get("d_k"), d_v=get("d_v"),
+              heads_k=get("heads_k"), heads_v=get("heads_v"),
+              dynamic=tuple(get("dynamic") or ()))
+  placements = {}
+  for macro in _PLACEMENT_MACROS:
+    if macro not in macros:
+      continue
+    variant = _placement_variant(get(macro), macro)
+    kw = dict(dims)
+    if variant in ("multi_head", "general_bilinear"):
+      kw.update(heads_k=None, heads_v=None)
+    if variant == "project_logits":
+      kw.update(heads_v=None)
+    if variant == "project_weights":
+      kw.update(heads_k=None)
+    if variant != "dynamic_projections":
+      kw.update(dynamic=())
+    try:
+      placements[macro.split("_attention")[0]] = make_attention(variant, **kw)
+    except ValueError as e:
+      raise ValueError("%s: %s: %s" % (where, macro, e)) from None
+  needed = {"bitransformer": ("enc_self", "dec_self", "encdec"),
+            "lm": ("dec_self",), "encoder": ("enc_self",)}[kind]
+  lengths = [get(name) if name in macros or uses else 1 for name, uses in (
+      ("inputs_length", kind != "lm"), ("targets_length", kind != "encoder"))]
+  return make_model(
+      kind, get("num_layers"), get("d_model"), get("d_ff"), vocab,
+      get("batch_size"), lengths[0], lengths[1],
+      relative_bias=get("relative_attention_type") is not None,
+      **{k: v for k, v in placements.items() if k in needed})
+
+
+def experiment_rows(table, vocab=PAPER_T5["vocab"], gin_dir=None):
+  """[(row name, row_label, Model)] of gin/experiments/<table>/*.gin.
+
+  Raises:
+    ValueError: an unknown table, naming --paper_table and the valid ones.
+  """
+  from mtf_talking_heads import gin_paths  # pylint: disable=g-import-not-at-top
+  gin_dir = gin_dir or gin_paths.gin_dir()
+  root = os.path.join(gin_dir, "experiments")
+  names = sorted(d for d in os.listdir(root)
+                 if os.path.isdir(os.path.join(root, d)))
+  if table not in names:
+    raise ValueError("--paper_table %r is unknown; choose one of: %s"
+                     % (table, ", ".join(names)))
+  rows = []
+  for filename in sorted(os.listdir(os.path.join(root, table))):
+    if not filename.endswith(".gin"):
+      continue
+    rel = "experiments/%s/%s" % (table, filename)
+    macros, _ = _read_gin([rel], [], gin_dir)
+    label = _resolve(macros.get("row_label", filename[:-4]), macros)
+    rows.append((filename[:-4], label,
+                 model_from_gin([rel], vocab=vocab, gin_dir=gin_dir)))
+  return rows
+
+
+# ---------------------------------------------------------------------------
+# The paper's step times: the "step time (s)" column of its T5 tables
+# (section 7.1 Tables 1-4, Appendix A.1), by experiment file of
+# gin/experiments/<table>/.  None: the paper prints no time (Raffel et al.).
+
+PAPER_STEP_TIMES = collections.OrderedDict([
+    ("t5_heads", ("Table 1 (tab:t5)", collections.OrderedDict([
+        ("01_multi_head_6_128", 0.14), ("02_multi_head_12_64", 0.15),
+        ("03_multi_head_24_32", 0.17), ("04_multi_head_48_16", 0.21),
+        ("05_talking_heads_6_128", 0.16), ("06_talking_heads_12_64", 0.18),
+        ("07_talking_heads_24_32", 0.22), ("08_talking_heads_48_16", 0.32),
+        ("09_multi_head_24_64", 0.22), ("10_general_bilinear_12", 0.47),
+        ("11_raffel2019", None)]))),
+    ("t5_heads_dims", ("Table 2 (tab:t5_2)", collections.OrderedDict([
+        ("01_talking_heads_6_128", 0.16),
+        ("02_talking_heads_6_24_6_128_128", 0.18),
+        ("03_talking_heads_24_6_24_32_32", 0.20),
+        ("04_talking_heads_6_24_24_128_32", 0.20),
+        ("05_talking_heads_24_24_6_32_128", 0.21),
+        ("06_talking_heads_24_32", 0.22)]))),
+    ("t5_logits_weights", ("Table 3 (tab:t5_3)", collections.OrderedDict([
+        ("01_multi_head_24_32", 0.17), ("02_project_logits_24", 0.23),
+        ("03_project_weights_24", 0.23), ("04_talking_heads_24_32", 0.22)]))),
+    ("t5_enc_dec", ("Table 4 (tab:t5_4)", collections.OrderedDict([
+        ("01_multi_head_24_32", 0.17), ("02_th_enc_self", 0.21),
+        ("03_th_dec_self", 0.17), ("04_th_encdec", 0.18),
+        ("05_talking_heads_24_32", 0.22)]))),
+    ("dp", ("Appendix A.1 (tab:dp)", collections.OrderedDict([
+        ("01_multi_head_12_64", 0.15), ("02_talking_heads_12_64", 0.18),
+        ("03_dp_all_12", 0.36), ("04_multi_head_24_32", 0.17),
+        ("05_talking_heads_24_32", 0.22), ("06_dp_all_24", 0.53)]))),
+    ("dp_individual", ("Appendix A.1 (tab:dp_individual)",
+                       collections.OrderedDict([
+                           ("01_talking_heads_12_64", 0.18),
+                           ("02_dp_x2l_12", 0.19), ("03_dp_x2w_12", 0.19),
+                           ("04_dp_m2l_12", 0.24), ("05_dp_m2w_12", 0.25),
+                           ("06_dp_all_12", 0.36)]))),
+    ("dp_enc_only", ("Appendix A.1 (tab:dp_enc_only)",
+                     collections.OrderedDict([
+                         ("01_multi_head_24_32", 0.17),
+                         ("02_th_enc_self", 0.21),
+                         ("03_dp_enc_self", 0.42)]))),
+])
+# The reference row of every comparison: Table 1's 12-head multi-head row.
+PAPER_REFERENCE = ("t5_heads", "02_multi_head_12_64")
+
+# What the comparison assumes of the paper's runs (docs/costs.md): a TPU v3
+# slice of 32 TensorCores (v3-32), data parallel as mtf's defaults.gin
+# (model_parallelism = 1): 4 of the 128 sequences per core; mtf 0.1.x layers.
+PAPER_HARDWARE = "tpu_v3"
+PAPER_MESH = "batch:32"
+PAPER_IMPLEMENTATION = "mtf"
+
+
+def compare_paper(table, hardware=PAPER_HARDWARE, mesh_shape=PAPER_MESH,
+                  impl=PAPER_IMPLEMENTATION, efficiency=DEFAULT_EFFICIENCY):
+  """Predicted vs printed step times of one paper table.
+
+  Both as ratios to the reference row (PAPER_REFERENCE: Table 1's 12-head
+  multi-head row, 0.15 s), since the paper does not name its slice.
+
+  Returns:
+    [dict(row, label, paper_s, paper_ratio, predicted_s, predicted_ratio,
+    error)], error = predicted_ratio / paper_ratio - 1 (None where the paper
+    prints no time).
+  Raises:
+    ValueError: a table without printed step times, naming the valid ones.
+  """
+  if table not in PAPER_STEP_TIMES:
+    raise ValueError("--paper_table %r has no step times in the paper; "
+                     "--compare_paper works with: %s"
+                     % (table, ", ".join(PAPER_STEP_TIMES)))
+  ref_table, ref_row = PAPER_REFERENCE
+  ref_model = dict((name, model) for name, _, model in
+                   experiment_rows(ref_table))[ref_row]
+  ref_s = predict(ref_model, hardware, mesh_shape, impl, efficiency)["step_s"]
+  ref_paper = PAPER_STEP_TIMES[ref_table][1][ref_row]
+  out = []
+  for name, label, model in experiment_rows(table):
+    result = predict(model, hardware, mesh_shape, impl, efficiency)
+    paper_s = PAPER_STEP_TIMES[table][1].get(name)
+    row = dict(row=name, label=label, paper_s=paper_s,
+               paper_ratio=None if paper_s is None else paper_s / ref_paper,
+               predicted_s=result["step_s"],
+               predicted_ratio=result["step_s"] / ref_s, error=None,
+               result=result)
+    if paper_s is not None:
+      row["error"] = row["predicted_ratio"] / row["paper_ratio"] - 1
+    out.append(row)
+  return out
