@@ -179,7 +179,15 @@ def compute_l(j, p_l, dims, dynamic_l=(), bias=None):
       broadcastable to L's, carrying `heads` if per-head.
   Returns:
     L[..., n, m, h] float32
+  Raises:
+    ValueError: if dynamic_l is given without p_l (the dynamic terms add to
+      P_l, so without it they would be dropped).
   """
+  if p_l is None and dynamic_l:
+    raise ValueError(
+        "compute_l: dynamic_l has %d R_l tensor(s) but p_l is None; the "
+        "dynamic terms add to the logits projection P_l: pass p_l (heads_k "
+        "and heads as different dims) or drop dynamic_l" % len(dynamic_l))
   if p_l is None:
     l = j
   else:
@@ -204,7 +212,26 @@ def compute_w(l, memory_length):
 
 
 def compute_u(w, p_w, dims, dynamic_w=()):
-  """U[n, m, h_v] = einsum(W, P_w) + sum of einsum(W, R_w) per dynamic term."""
+  """U[n, m, h_v] = einsum(W, P_w) + sum of einsum(W, R_w) per dynamic term.
+
+  Without P_w (heads == heads_v) U is W.
+
+  Args:
+    w: W[..., n, m, h] float32.
+    p_w: P_w[h, h_v] or None.
+    dims: AttentionDims.
+    dynamic_w: R_Xw[n, h, h_v] / R_Mw[m, h, h_v] tensors (float32).
+  Returns:
+    U[..., n, m, h_v] float32
+  Raises:
+    ValueError: if dynamic_w is given without p_w (the dynamic terms add to
+      P_w, so without it they would be dropped).
+  """
+  if p_w is None and dynamic_w:
+    raise ValueError(
+        "compute_u: dynamic_w has %d R_w tensor(s) but p_w is None; the "
+        "dynamic terms add to the weights projection P_w: pass p_w (heads "
+        "and heads_v as different dims) or drop dynamic_w" % len(dynamic_w))
   if p_w is None:
     return w
   u = mtf.einsum([w, _float32(p_w)], reduced_dims=[dims.heads])

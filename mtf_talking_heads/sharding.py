@@ -59,6 +59,7 @@ CORE_SCOPE = "attention_core"
 BATCH = "batch"
 LENGTH = "length"
 MEMORY_LENGTH = "memory_length"
+D_MODEL = "d_model"
 _CORE_SUFFIX = "_core"  # heads dims inside a split core: whole, on no axis
 
 
@@ -201,9 +202,39 @@ class Strategy(object):
     """
     check_layout(dims, MeshLayout(mesh_shape, layout), batch, length)
 
+  def self_attention(self, layer, context, x):
+    """Y of `layer` (a layers.AttentionLayer) over x: Q, K, V, core, Y.
+
+    The strategy owns the whole layer's data movement.  This default keeps
+    the projections as the layout lays them out (Q, K, V with the layer's
+    heads dims, Y summed over them) and moves only the core (self.core),
+    in every mode (train/eval, first_part, incremental).
+
+    Args:
+      layer: the layers.AttentionLayer (its weights, masks, caches).
+      context: the mtf transformer Context.
+      x: X[batch..., length, d_model] (incremental: no length).
+    Returns:
+      Y, shaped like x.
+    """
+    weights = layer.make_weights(context)
+    q, k, v, r_m, memory_length, bias = layer.self_attention_inputs(
+        context, x, weights)
+    return layer.attend(context, x, weights, q, k, v, r_m, memory_length,
+                        bias, self.core)
+
+  def enc_dec_attention(self, layer, context, x):
+    """As self_attention, over the encoder output (layers.EncDecAttentionLayer)."""
+    weights = layer.make_weights(context)
+    q, k, v, r_m, memory_length, bias = layer.enc_dec_inputs(context, x,
+                                                              weights)
+    return layer.attend(context, x, weights, q, k, v, r_m, memory_length,
+                        bias, self.core)
+
   def core(self, context, dims, q, k, v, memory_length, p_l, p_w, dynamic_l,
            dynamic_w, bias, dropout_fn):
-    raise NotImplementedError
+    """O[..., n, h_v, d_v] from Q, K, V (see attention.attention_core)."""
+    raise NotImplementedError("%s.core" % type(self).__name__)
 
 
 _float32 = attention._float32  # pylint: disable=protected-access  (bf16 widened, float64 kept)
@@ -318,7 +349,14 @@ def _mix_heads(x, p, reduced, new, dynamic):
       `new`), each added as einsum(x, R).
   Returns:
     [lead..., new, rest...], or x when p is None.
+  Raises:
+    ValueError: if `dynamic` is given without p (it would be dropped).
   """
+  if p is None and dynamic:
+    raise ValueError(
+        "%d dynamic R tensor(s) but no P_l / P_w to add them to (the heads "
+        "dims on either side are the same dim %r): name them differently "
+        "or drop the dynamic terms" % (len(dynamic), reduced.name))
   if p is None:
     return x
   y = project_heads(_float32(p), x, reduced, new)
@@ -588,6 +626,23 @@ class _Plan(object):
     copies = mtf.broadcast(t, [self.local] + t.shape.dims)
     return mtf.reshape(copies, [self.group] + renamed)
 
+  def gather_weights(self, weights):
+    """{name: weight} whole on every shard, gradients reduce-scattered.
+
+    A weight split on the axis is gathered in reduce-scatter form
+    (to_core); when the batch is also split on another mesh axis (S_outer)
+    the weight is first broadcast over S_outer (free: it is replicated
+    there), so that its gradient is summed over that axis only after the
+    reduce-scatter, on 1/P of the weight.
+    """
+    outer = self.pieces[:-2]
+    gathered = {}
+    for name, w in weights.items():
+      if outer:
+        w = mtf.broadcast(w, outer + w.shape.dims)
+      gathered[name] = self.to_core(w)
+    return gathered
+
   def from_core(self, o):
     """O in the core's layout -> the layer's names (heads split again)."""
     dims = o.shape.dims
@@ -658,6 +713,105 @@ class BatchSplit(_SplitCore):
     return "batch_split" if self.reduce_scatter else "batch_split_allgather"
 
 
+_CACHING_MODES = ("first_part", "incremental")  # decoding: K, V cached
+
+
+@gin.configurable(module="mtf_th")
+class GatheredBatchSplit(BatchSplit):
+  """The whole layer split over the batch, its weights gathered (FSDP-style).
+
+  X stays replicated over the mesh axis (as the rest of the model keeps the
+  residual stream), so cutting it into [core_shard, batch_per_shard] is
+  free; each device then computes Q, K, V, the core and Y of its own
+  batch_per_shard sequences with every head.  The weights stay stored
+  sharded (heads_k:model etc.) and are gathered for use in reduce-scatter
+  form (broadcast + all-to-all, see _SplitCore), so their gradients are
+  reduce-scattered; Y is all-gathered back to the replicated stream, and
+  the gradient of the free cut is an all-gather of dX.  Per device, with
+  P the axis size, X = b n d, W the four d x h x d_k weights:
+
+    2 (P-1)/P X  +  2 (P-1)/P (|P_q| + |P_k| + |P_v| + |P_o| + |P_l| + |P_w|)
+
+  against multi-head's 4 (P-1)/P X: 0.5 + 2 W/X (0.875 at t5.1.th.base,
+  batch 8, length 512, for any P).  Needs batch % P == 0 (per group of the
+  other mesh axes) and d_model, length unsplit on the axis.  While decoding
+  ("first_part", "incremental": K and V are cached in the layer's heads
+  layout) it runs as BatchSplit.
+  """
+
+  def __init__(self, mesh_axis="model", shard_dim="core_shard"):
+    super().__init__(mesh_axis=mesh_axis, shard_dim=shard_dim,
+                     reduce_scatter=True)
+
+  @property
+  def name(self):
+    return "batch_split_gathered"
+
+  def _check(self, dims, mesh, batch, length):
+    super()._check(dims, mesh, batch, length)
+    for name in (D_MODEL, LENGTH):
+      if mesh.axis_of(name) is not None:
+        raise ValueError(
+            "%s keeps dim %r of the residual stream whole (it splits X over "
+            "the batch only), but the layout maps it to mesh axis %r; drop "
+            "%s:%s or choose another strategy"
+            % (type(self).__name__, name, mesh.axis_of(name), name,
+               mesh.axis_of(name)))
+
+  def _plan(self, context, dims, x):
+    """The _Plan that cuts x's batch over the axis (checks the layout)."""
+    mesh = _model_layout(context)
+    if mesh is None:
+      raise ValueError(
+          "%s reads the layout from the model: build the Unitransformer / "
+          "Bitransformer with layout= and mesh_shape= (t5's "
+          "utils.build_model does)" % type(self).__name__)
+    split, = [d for d in x.shape.dims if d.name == BATCH]
+    self._check(dims, mesh, split.size, _size_of(x, LENGTH))
+    return _Plan(self, dims, split, mesh)
+
+  def _attend(self, layer, context, plan, x, q, k, v, r_m, weights,
+              memory_length, bias):
+    """The core and Y on the cut batch; Y all-gathered to the layer's X."""
+    def core(context, dims, q, k, v, memory_length, p_l, p_w, dynamic_l,
+             dynamic_w, bias, dropout_fn):
+      with tf.variable_scope(CORE_SCOPE):
+        return ordered_core(q, k, v, memory_length, dims, p_l, p_w,
+                            dynamic_l, dynamic_w, bias,
+                            plan.dropout(dropout_fn, context))
+    y = layer.attend(context, x, weights, q, k, v, r_m, memory_length,
+                     plan.to_core(bias), core, dims=plan.dims)
+    return plan.from_core(y)
+
+  def self_attention(self, layer, context, x):
+    """See Strategy.self_attention."""
+    if context.mode in _CACHING_MODES:
+      return super().self_attention(layer, context, x)
+    plan = self._plan(context, layer.dims, x)
+    weights = plan.gather_weights(layer.make_weights(context))
+    memory_length = layer.memory_length(context)
+    x_core = plan.to_core(x)
+    q = attention.compute_q(x_core, weights["p_q"], context.model.model_dim)
+    m = mtf.replace_dimensions(x_core, context.length_dim, memory_length)
+    k, v, r_m = layer.memory_terms(context, m, weights)
+    return self._attend(layer, context, plan, x_core, q, k, v, r_m, weights,
+                        memory_length, layer.self_attention_bias(context, x))
+
+  def enc_dec_attention(self, layer, context, x):
+    """See Strategy.enc_dec_attention."""
+    if context.mode in _CACHING_MODES:
+      return super().enc_dec_attention(layer, context, x)
+    plan = self._plan(context, layer.dims, x)
+    weights = plan.gather_weights(layer.make_weights(context))
+    x_core = plan.to_core(x)
+    q = attention.compute_q(x_core, weights["p_q"], context.model.model_dim)
+    m = context.encoder_output
+    memory_length, = [d for d in m.shape.dims if d.name == MEMORY_LENGTH]
+    k, v, r_m = layer.memory_terms(context, plan.to_core(m), weights)
+    return self._attend(layer, context, plan, x_core, q, k, v, r_m, weights,
+                        memory_length, layer.enc_dec_bias(context))
+
+
 # Every named strategy (what `mtf_th comm --strategy all` measures).
 STRATEGIES = {
     "heads_parallel": HeadsParallel,
@@ -665,6 +819,7 @@ STRATEGIES = {
                                                reduce_scatter=False),
     "query_split": QuerySplit,
     "batch_split": BatchSplit,
+    "batch_split_gathered": GatheredBatchSplit,
 }
 
 
