@@ -47,9 +47,23 @@ from mtf_talking_heads import costs
 # ---------------------------------------------------------------------------
 # Hardware.
 
+Efficiency = collections.namedtuple("Efficiency",
+                                    ["matmul", "memory", "network"])
+Efficiency.__doc__ = """Fractions of the peak figures an op reaches.
+
+matmul: of peak_flops in a compute-bound einsum; memory: of the HBM
+bandwidth in a memory-bound op; network: of the ICI bandwidth.
+"""
+# The three factors of the model, fixed a priori (not fitted): a well-shaped
+# bf16 matmul on a TPU reaches about half of peak once the MXU pipeline
+# fill, padding and the vector work around it are paid; streaming ops reach
+# most of the HBM bandwidth; collectives most of the link bandwidth.
+DEFAULT_EFFICIENCY = Efficiency(matmul=0.5, memory=0.8, network=0.8)
+
+
 Hardware = collections.namedtuple("Hardware", [
     "name", "peak_flops", "hbm_bytes_per_s", "ici_bytes_per_s",
-    "devices_per_chip", "source"])
+    "devices_per_chip", "source", "efficiency"])
 Hardware.__doc__ = """Per-device figures (an mtf device).
 
 Attributes:
@@ -59,6 +73,8 @@ Attributes:
   ici_bytes_per_s: ring bandwidth of a collective, per device.
   devices_per_chip: mtf devices per chip (the chip figures are divided).
   source: where the figures come from.
+  efficiency: the Efficiency predict() uses by default (peak figures need
+    DEFAULT_EFFICIENCY; measured ones, as cpu's, are already achieved).
 """
 
 
@@ -67,7 +83,8 @@ def _tpu(name, chip_flops, chip_hbm, pod_allreduce, pod_chips, devices,
   """A TPU entry from per-chip figures; ICI = the pod's all-reduce
   bandwidth shared by its chips."""
   return Hardware(name, chip_flops / devices, chip_hbm / devices,
-                  pod_allreduce / pod_chips / devices, devices, source)
+                  pod_allreduce / pod_chips / devices, devices, source,
+                  DEFAULT_EFFICIENCY)
 
 
 _TPU_HARDWARE = (
@@ -91,9 +108,11 @@ _TPU_HARDWARE = (
 def _cpu_hardware():
   from mtf_talking_heads import perf_cpu  # pylint: disable=g-import-not-at-top
   c = perf_cpu.CPU
+  # Logical CPU devices exchange data through memory: "ICI" = memory.
   return Hardware("cpu", c["matmul_flops"], c["memory_bytes_per_s"],
                   c["memory_bytes_per_s"], 1,
-                  "benchmarks/calibrate_cpu.py, %s" % c["measured"])
+                  "benchmarks/calibrate_cpu.py, %s" % c["measured"],
+                  Efficiency(1.0, 1.0, 1.0))
 
 
 def hardware_names():
@@ -120,19 +139,6 @@ def get_hardware(name):
 # ---------------------------------------------------------------------------
 # Efficiency factors and implementation choices.
 
-Efficiency = collections.namedtuple("Efficiency",
-                                    ["matmul", "memory", "network"])
-Efficiency.__doc__ = """Fractions of the peak figures an op reaches.
-
-matmul: of peak_flops in a compute-bound einsum; memory: of the HBM
-bandwidth in a memory-bound op; network: of the ICI bandwidth.
-"""
-# The three factors of the model, fixed a priori (not fitted): a well-shaped
-# bf16 matmul on a TPU reaches about half of peak once the MXU pipeline
-# fill, padding and the vector work around it are paid; streaming ops reach
-# most of the HBM bandwidth; collectives most of the link bandwidth.
-DEFAULT_EFFICIENCY = Efficiency(matmul=0.5, memory=0.8, network=0.8)
-
 Implementation = collections.namedtuple("Implementation", [
     "name", "activation_bytes", "core_bytes", "state_bytes",
     "dynamic_einsums"])
@@ -157,6 +163,9 @@ IMPLEMENTATIONS = {
     # this project's layers on TPU: bfloat16 activations, float32 logits
     # and softmax (docs/tpu.md), each dynamic term its own einsum.
     "mtf_th": Implementation("mtf_th", 2, 4, 4, "separate"),
+    # this project's layers in float32 (the CPU runs: activation_dtype
+    # float32 in gin/mtf_th.gin).
+    "mtf_th_float32": Implementation("mtf_th_float32", 4, 4, 4, "separate"),
 }
 DYNAMIC_EINSUMS = ("mtf", "separate", "folded")
 
@@ -614,7 +623,7 @@ def op_seconds(op, hw, eff):
 
 
 def predict(model, hardware, mesh_shape="batch:1", impl="mtf",
-            efficiency=DEFAULT_EFFICIENCY):
+            efficiency=None):
   """Predicted seconds of one training step, per device.
 
   Args:
@@ -624,7 +633,7 @@ def predict(model, hardware, mesh_shape="batch:1", impl="mtf",
       batch / B examples, gradients all-reduced over B) of P devices that
       split heads, d_ff and the vocabulary (heads-parallel layout).
     impl: a key of IMPLEMENTATIONS (or an Implementation).
-    efficiency: an Efficiency.
+    efficiency: an Efficiency (None: the hardware's own).
 
   Returns:
     dict: step_s = compute_s + memory_s + network_s, where compute_s sums
@@ -643,6 +652,7 @@ def predict(model, hardware, mesh_shape="batch:1", impl="mtf",
       raise ValueError("--implementation %r is unknown; choose one of: %s"
                        % (impl, ", ".join(IMPLEMENTATIONS)))
     impl = IMPLEMENTATIONS[impl]
+  efficiency = efficiency or hw.efficiency
   _check_efficiency(efficiency)
   mesh = parse_mesh(mesh_shape)
   if model.batch % mesh["batch"]:
@@ -928,7 +938,7 @@ PAPER_IMPLEMENTATION = "mtf"
 
 
 def compare_paper(table, hardware=PAPER_HARDWARE, mesh_shape=PAPER_MESH,
-                  impl=PAPER_IMPLEMENTATION, efficiency=DEFAULT_EFFICIENCY):
+                  impl=PAPER_IMPLEMENTATION, efficiency=None):
   """Predicted vs printed step times of one paper table.
 
   Both as ratios to the reference row (PAPER_REFERENCE: Table 1's 12-head

@@ -1,0 +1,164 @@
+"""Predicted training-step time of a whole model on named hardware.
+
+  mtf_th perf --gin_file experiments/t5_heads/07_talking_heads_24_32.gin \\
+      --hardware tpu_v4 --mesh_shape batch:16
+  mtf_th perf --paper_table t5_heads --hardware tpu_v3 --compare_paper
+
+One header line and one row per model (csv by default, --format md for a
+markdown table): row, label, step_s (forward + backward + optimizer update,
+per device), compute_s, memory_s, network_s (its three parts: ops bound by
+FLOPs, ops bound by memory traffic, ring bytes of the collectives), ratio
+(step_s / the reference row's: the first row, or --reference ROW).
+--gin_file (repeatable) gives one model, as `mtf_th train` reads it;
+--paper_table NAME every row of gin/experiments/NAME.  --compare_paper replaces
+ratio with the paper's printed step time, both ratios to Table 1's 12-head
+multi-head row (paper_ratio, predicted_ratio) and error = predicted_ratio /
+paper_ratio - 1; it defaults to the paper's assumed setup
+(--hardware tpu_v3, --mesh_shape batch:32, --implementation mtf).  The
+model is perf.py's; docs/costs.md ("Step time model") explains it.  Bad
+arguments exit with status 2 and one message on stderr.
+"""
+import sys
+
+from mtf_talking_heads import commands
+
+from mtf_talking_heads import perf
+
+PROG = "mtf_th perf"
+COLUMNS = ("row", "label", "step_s", "compute_s", "memory_s", "network_s",
+           "ratio")
+PAPER_COLUMNS = ("paper_s", "paper_ratio", "predicted_ratio", "error")
+
+
+def _build_parser():
+  parser = commands.ArgumentParser(
+      prog=PROG,
+      description="Predicted seconds of one training step (forward, "
+      "backward, optimizer update) of a whole model, per device, by a "
+      "roofline model: FLOPs / peak, bytes / memory bandwidth, ring bytes / "
+      "interconnect bandwidth.  See docs/costs.md.")
+  parser.add_argument("--gin_file", action="append", default=[],
+                      metavar="FILE", help="a gin file of the model (under "
+                      "gin/ or a path; repeatable, read in order)")
+  parser.add_argument("--gin_param", action="append", default=[],
+                      metavar="BINDING", help="a gin binding applied after "
+                      "the files, e.g. \"batch_size = 64\"")
+  parser.add_argument("--paper_table", metavar="NAME",
+                      help="every row of gin/experiments/NAME, e.g. t5_heads")
+  parser.add_argument("--compare_paper", action="store_true",
+                      help="next to the paper's printed step times (tables: "
+                      "%s)" % ", ".join(perf.PAPER_STEP_TIMES))
+  parser.add_argument("--hardware", metavar="NAME",
+                      help="one of %s (default: tpu_v3)"
+                      % ", ".join(perf.hardware_names()))
+  parser.add_argument("--mesh_shape", metavar="SHAPE",
+                      help="batch:B,model:P (default batch:1; with "
+                      "--compare_paper %s)" % perf.PAPER_MESH)
+  parser.add_argument("--implementation", metavar="NAME",
+                      help="%s (default mtf_th; with --compare_paper mtf)"
+                      % ", ".join(perf.IMPLEMENTATIONS))
+  parser.add_argument("--vocab", type=int, default=perf.PAPER_T5["vocab"],
+                      metavar="N", help="vocabulary size (the task's; "
+                      "default T5's 32128)")
+  parser.add_argument("--reference", metavar="ROW",
+                      help="row whose step time the ratio column divides by "
+                      "(default: the first)")
+  for name in perf.Efficiency._fields:
+    parser.add_argument("--%s_efficiency" % name, type=float, metavar="F",
+                        help="fraction of peak %s reached (default: the "
+                        "hardware's)" % name)
+  parser.add_argument("--format", choices=("csv", "md"), default="csv")
+  return parser
+
+
+def _efficiency(args, hardware):
+  given = [getattr(args, n + "_efficiency") for n in perf.Efficiency._fields]
+  if all(v is None for v in given):
+    return None
+  base = perf.get_hardware(hardware).efficiency
+  return perf.Efficiency(*[b if v is None else v
+                           for b, v in zip(base, given)])
+
+
+def _rows(args):
+  """[(row, label, Model)] from --paper_table or --gin_file."""
+  if args.vocab <= 0:
+    raise ValueError("--vocab must be positive, got %d" % args.vocab)
+  if args.paper_table:
+    if args.gin_file or args.gin_param:
+      raise commands.UsageError("--paper_table reads its own gin files; drop "
+                                "--gin_file / --gin_param")
+    return perf.experiment_rows(args.paper_table, vocab=args.vocab)
+  if not args.gin_file:
+    raise commands.UsageError("give --gin_file FILE (repeatable) or "
+                              "--paper_table NAME")
+  model = perf.model_from_gin(args.gin_file, args.gin_param, vocab=args.vocab)
+  name = args.gin_file[-1].rsplit("/", 1)[-1]
+  return [(name[:-4] if name.endswith(".gin") else name, "", model)]
+
+
+def _fmt(x, digits=4):
+  return "" if x is None else "%.*f" % (digits, x)
+
+
+def _run(args):
+  """Returns the text to print; raises commands.UsageError or ValueError."""
+  if args.compare_paper and not args.paper_table:
+    raise commands.UsageError("--compare_paper needs --paper_table NAME (one "
+                              "of %s)" % ", ".join(perf.PAPER_STEP_TIMES))
+  hardware = args.hardware or perf.PAPER_HARDWARE
+  perf.get_hardware(hardware)  # a bad name fails first
+  paper = args.compare_paper
+  mesh = args.mesh_shape or (perf.PAPER_MESH if paper else "batch:1")
+  impl = args.implementation or (perf.PAPER_IMPLEMENTATION if paper
+                                 else "mtf_th")
+  if impl not in perf.IMPLEMENTATIONS:
+    raise ValueError("--implementation %r is unknown; choose one of: %s"
+                     % (impl, ", ".join(perf.IMPLEMENTATIONS)))
+  perf.parse_mesh(mesh)
+  eff = _efficiency(args, hardware)
+  rows = _rows(args)
+  names = [r[0] for r in rows]
+  if args.reference and args.reference not in names:
+    raise ValueError("--reference %r is not a row; choose one of: %s"
+                     % (args.reference, ", ".join(names)))
+  results = [perf.predict(m, hardware, mesh, impl, eff) for _, _, m in rows]
+  ref = results[names.index(args.reference)] if args.reference \
+      else results[0]
+  compared = {}
+  if paper:
+    compared = {c["row"]: c for c in perf.compare_paper(
+        args.paper_table, hardware, mesh, impl, eff)}
+  cells = []
+  for (name, label, _), r in zip(rows, results):
+    row = [name, label, _fmt(r["step_s"]), _fmt(r["compute_s"]),
+           _fmt(r["memory_s"]), _fmt(r["network_s"])]
+    if not paper:
+      row.append(_fmt(r["step_s"] / ref["step_s"], 3))
+    else:
+      c = compared[name]
+      row += [_fmt(c["paper_s"], 2), _fmt(c["paper_ratio"], 3),
+              _fmt(c["predicted_ratio"], 3),
+              "" if c["error"] is None else "%+.1f%%" % (100 * c["error"])]
+    cells.append(row)
+  columns = COLUMNS[:-1] + PAPER_COLUMNS if paper else COLUMNS
+  return commands.format_table(columns, cells, args.format,
+                               text_columns=("row", "label"))
+
+
+def main(argv=None):
+  argv = list(sys.argv[1:] if argv is None else argv)
+  args = commands.parse(_build_parser(), argv)
+  if isinstance(args, int):
+    return args
+  try:
+    text = _run(args)
+  except (commands.UsageError, ValueError) as e:
+    print("%s: error: %s" % (PROG, e), file=sys.stderr)
+    return 2
+  sys.stdout.write(text)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
