@@ -166,21 +166,37 @@ class AttentionLayer(transformer_layers.SelfAttention):
     return lambda u: attention.dropout_weights(
         u, context.train, self.dropout_rate, [context.length_dim])
 
-  def _attend(self, context, x, weights, q, k, v, r_m, memory_length, bias):
-    """Dynamic X terms, the core (J..O, through the strategy), then Y."""
+  def attend(self, context, x, weights, q, k, v, r_m, memory_length, bias,
+             core, dims=None):
+    """Dynamic X terms, the core (J..O, by `core`), then Y.
+
+    Args:
+      context, x, weights: as in call(); x and every tensor below may carry
+        a strategy's own dims (e.g. [core_shard, batch_per_shard, ...]).
+      q, k, v: Q[..., n, h_k, d_k], K[..., m, h_k, d_k], V[..., m, h_v, d_v].
+      r_m: {"l"/"w": R_Ml / R_Mw} of the memory-dependent dynamic terms.
+      memory_length: the memory-length Dimension (m).
+      bias: added to L, or None.
+      core: a strategy's core function (Strategy.core's arguments).
+      dims: the heads dims q, k, v and weights carry (a strategy may rename
+        them, see sharding._Plan); None: this layer's.
+    Returns:
+      Y[..., n, d_model]
+    """
     d_model = context.model.model_dim
     r_x = {kind: self._dynamic(weights, x, kind, "x", d_model)
            for kind in ("l", "w")}
     dynamic_l = [r for r in (r_x["l"], r_m.get("l")) if r is not None]
     dynamic_w = [r for r in (r_x["w"], r_m.get("w")) if r is not None]
-    o = self.strategy.core(
-        context=context, dims=self.dims, q=q, k=k, v=v,
+    dims = dims or self.dims
+    o = core(
+        context=context, dims=dims, q=q, k=k, v=v,
         memory_length=memory_length, p_l=weights.get("p_l"),
         p_w=weights.get("p_w"), dynamic_l=dynamic_l, dynamic_w=dynamic_w,
         bias=bias, dropout_fn=self._dropout_fn(context))
-    return attention.compute_y(o, weights["p_o"], self.dims)
+    return attention.compute_y(o, weights["p_o"], dims)
 
-  def _memory_terms(self, context, m, weights):
+  def memory_terms(self, context, m, weights):
     """K, V and the memory-dependent R_Ml, R_Mw: everything cached per key."""
     d_model = context.model.model_dim
     k = attention.compute_k(m, weights["p_k"], d_model)
@@ -191,15 +207,29 @@ class AttentionLayer(transformer_layers.SelfAttention):
 
   # ---------------------------------------------------------------- call
   def call(self, context, x, losses=None):
-    """Self-attention (train/eval, "first_part" and "incremental" modes)."""
-    weights = self.make_weights(context)
+    """Self-attention (train/eval, "first_part" and "incremental" modes).
+
+    The strategy owns the data movement: it computes Q, K, V, the core and
+    Y from x (Strategy.self_attention), with this layer's pieces.
+    """
+    return self.strategy.self_attention(self, context, x)
+
+  def self_attention_inputs(self, context, x, weights):
+    """Q, K, V, R_M, memory_length and bias of self-attention, any mode.
+
+    In "incremental" mode K, V (and R_M) are the caches with this position
+    written; in "first_part" and "incremental" the new caches are recorded.
+
+    Returns:
+      (q, k, v, r_m, memory_length, bias) in this layer's dims.
+    """
     memory_length = self.memory_length(context)
     q = attention.compute_q(x, weights["p_q"], context.model.model_dim)
     if context.mode == "incremental":
       m = x
     else:
       m = mtf.replace_dimensions(x, context.length_dim, memory_length)
-    k, v, r_m = self._memory_terms(context, m, weights)
+    k, v, r_m = self.memory_terms(context, m, weights)
     kinds = sorted(r_m)
     if context.mode == "incremental":
       old = context.get_states(2 + len(kinds))
@@ -214,7 +244,14 @@ class AttentionLayer(transformer_layers.SelfAttention):
     if context.mode in ("incremental", "first_part"):
       context.record_new_states([k, v] + [r_m[kind] for kind in kinds])
     bias = self.compute_bias(context, memory_position, x, [self.dims.heads], q)
-    return self._attend(context, x, weights, q, k, v, r_m, memory_length, bias)
+    return q, k, v, r_m, memory_length, bias
+
+  def self_attention_bias(self, context, x):
+    """The bias of full-sequence self-attention (train/eval), layer dims."""
+    memory_position = self.rename_length_to_memory_length(context.position,
+                                                          context)
+    return self.compute_bias(context, memory_position, x, [self.dims.heads],
+                             None)
 
 
 def _write_position(old, new, position, memory_length):
@@ -232,20 +269,34 @@ class EncDecAttentionLayer(AttentionLayer):
     super().__init__(relative_attention_type=relative_attention_type, **kwargs)
 
   def call(self, context, x, losses=None):
-    """Enc-dec attention; K, V, R_Ml, R_Mw are constant while decoding."""
-    weights = self.make_weights(context)
+    """Enc-dec attention; K, V, R_Ml, R_Mw are constant while decoding.
+
+    The strategy owns the data movement (Strategy.enc_dec_attention).
+    """
+    return self.strategy.enc_dec_attention(self, context, x)
+
+  def enc_dec_inputs(self, context, x, weights):
+    """Q, K, V, R_M, memory_length and bias over the encoder output.
+
+    Returns:
+      (q, k, v, r_m, memory_length, bias) in this layer's dims.
+    """
     m = context.encoder_output
     q = attention.compute_q(x, weights["p_q"], context.model.model_dim)
     if context.mode == "incremental":
       k, v, r_m, memory_length = context.get_constant_state()
     else:
-      k, v, r_m = self._memory_terms(context, m, weights)
+      k, v, r_m = self.memory_terms(context, m, weights)
       memory_length, = [d for d in m.shape.dims if d.name == "memory_length"]
       if context.mode == "first_part":
         context.record_constant_state((k, v, r_m, memory_length))
-    bias = transformer_layers.enc_dec_attention_bias(
+    bias = self.enc_dec_bias(context)
+    return q, k, v, r_m, memory_length, bias
+
+  def enc_dec_bias(self, context):
+    """The bias over the encoder output (masks, relative bias), layer dims."""
+    return transformer_layers.enc_dec_attention_bias(
         self, context, [self.dims.heads])
-    return self._attend(context, x, weights, q, k, v, r_m, memory_length, bias)
 
 
 def _pair(value, default_name):
@@ -308,7 +359,7 @@ class MultiHeadAttention(AttentionLayer):
 
 @gin.configurable(module="mtf_th")
 class TalkingHeadsAttention(AttentionLayer):
-  """Talking-heads attention (paper section 3) with independent h_k, h, h_v."""
+  """Talking-heads attention (paper section 4) with independent h_k, h, h_v."""
 
 
 @gin.configurable(module="mtf_th")
@@ -374,7 +425,7 @@ class DynamicProjectionsEncoderAttention(EncDecAttentionLayer):
 
 @gin.configurable(module="mtf_th")
 class GeneralBilinearAttention(transformer_layers.SelfAttention):
-  """General bilinear multihead attention (paper section 4).
+  """General bilinear multihead attention (paper section 6).
 
   Variables: p: [d_model, heads, d_model_m] (the paper's P[d_X, d_M, h]) and
   q: [d_model_m, heads, d_model] (Q[d_M, d_Y, h]).  Costs h*(2nd^2 + 2nmd)
