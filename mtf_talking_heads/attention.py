@@ -351,7 +351,7 @@ def general_bilinear_output(w, m, q, heads, memory_length, d_m):
 
 def general_bilinear_attention(x, m, p, q, heads, d_x, d_m, memory_length,
                                bias=None, dropout_fn=None):
-  """GeneralBilinearMultiheadAttention of the paper (section 4).
+  """GeneralBilinearMultiheadAttention of the paper (section 6).
 
   Args:
     x: X[..., n, d_X]

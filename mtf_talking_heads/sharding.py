@@ -311,9 +311,9 @@ def _softmax_grad(w, dy):
 def softmax_last(logits, memory_length):
   """W = softmax(L) over memory_length, L's innermost dim, as one TF op.
 
-  mtf.softmax is five mtf ops (max, subtract, exp, sum, divide), each a pass
-  over the n x m x heads tensor, and as many again in the backward pass;
-  tf.nn.softmax makes two, and the gradient dL = W (dW - sum_m dW W) one
+  attention.compute_w (like mtf.softmax) is five mtf ops (max, subtract,
+  exp, sum, divide), each a pass over the n x m x heads tensor, and as many
+  again in the backward pass; tf.nn.softmax makes two, and the gradient dL = W (dW - sum_m dW W) one
   slicewise op.  memory_length may not be split across devices.  Both run
   on 2-D [-1, memory_length] views of the slices (on_rows), so no kernel
   sees more than the 5 dims oneDNN's Softmax accepts, whatever the

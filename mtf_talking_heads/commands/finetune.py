@@ -1,4 +1,4 @@
-"""Fine-tune a pre-trained checkpoint (paper 5.1: gin/experiments/finetune.gin).
+"""Fine-tune a pre-trained checkpoint (paper section 7.1: gin/experiments/finetune.gin).
 
   mtf_th finetune --pretrained_model_dir=runs/th24 --model_dir=runs/th24_ft \\
       --gin_file=experiments/t5_heads/07_talking_heads_24_32.gin \\
