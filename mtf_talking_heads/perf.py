@@ -233,8 +233,10 @@ def make_attention(variant, heads, d_k=None, d_v=None, heads_k=None,
                    heads_v=None, dynamic=()):
   """An Attention, validated by costs.resolve_config.
 
-  variant "dynamic_projections" is talking heads with `dynamic` terms.
+  variant "dynamic_projections" is talking heads with `dynamic` terms; d_v
+  defaults to d_k.
   """
+  d_v = d_k if d_v is None else d_v
   if variant == "dynamic_projections":
     if not dynamic:
       raise ValueError("variant 'dynamic_projections' needs dynamic terms "
