@@ -63,7 +63,7 @@ DEFAULT_EFFICIENCY = Efficiency(matmul=0.5, memory=0.8, network=0.8)
 
 Hardware = collections.namedtuple("Hardware", [
     "name", "peak_flops", "hbm_bytes_per_s", "ici_bytes_per_s",
-    "devices_per_chip", "source", "efficiency"])
+    "devices_per_chip", "mxu", "source", "efficiency"])
 Hardware.__doc__ = """Per-device figures (an mtf device).
 
 Attributes:
@@ -72,6 +72,8 @@ Attributes:
   hbm_bytes_per_s: memory bandwidth.
   ici_bytes_per_s: ring bandwidth of a collective, per device.
   devices_per_chip: mtf devices per chip (the chip figures are divided).
+  mxu: side of the systolic matrix unit (128 on TPU v2-v5e): an einsum's
+    contraction is padded to a multiple of it (1: no padding).
   source: where the figures come from.
   efficiency: the Efficiency predict() uses by default (peak figures need
     DEFAULT_EFFICIENCY; measured ones, as cpu's, are already achieved).
@@ -83,7 +85,7 @@ def _tpu(name, chip_flops, chip_hbm, pod_allreduce, pod_chips, devices,
   """A TPU entry from per-chip figures; ICI = the pod's all-reduce
   bandwidth shared by its chips."""
   return Hardware(name, chip_flops / devices, chip_hbm / devices,
-                  pod_allreduce / pod_chips / devices, devices, source,
+                  pod_allreduce / pod_chips / devices, devices, 128, source,
                   DEFAULT_EFFICIENCY)
 
 
@@ -110,7 +112,7 @@ def _cpu_hardware():
   c = perf_cpu.CPU
   # Logical CPU devices exchange data through memory: "ICI" = memory.
   return Hardware("cpu", c["matmul_flops"], c["memory_bytes_per_s"],
-                  c["memory_bytes_per_s"], 1,
+                  c["memory_bytes_per_s"], 1, 1,
                   "benchmarks/calibrate_cpu.py, %s" % c["measured"],
                   Efficiency(1.0, 1.0, 1.0))
 
@@ -196,11 +198,13 @@ ELEMENTWISE_PASSES = {
     "optimizer": 4,
 }
 
-Op = collections.namedtuple("Op", ["part", "name", "flops", "bytes"])
+Op = collections.namedtuple("Op", ["part", "name", "flops", "bytes",
+                                 "contraction"])
 Op.__doc__ = """One op of a step on one device: FLOPs and HBM bytes.
 
 part: "embedding", "enc_self", "dec_self", "encdec", "ffn", "norm",
-"logits", "optimizer"; name: the tensor it makes ("J", "dJ/a", ...).
+"logits", "optimizer"; name: the tensor it makes ("J", "dJ/a", ...);
+contraction: the size of the dim an einsum sums over (None: element-wise).
 """
 
 # ---------------------------------------------------------------------------
@@ -314,22 +318,24 @@ def paper_model(heads, d_k=None, variant="multi_head", heads_k=None,
 # ---------------------------------------------------------------------------
 # Ops.
 
-def _matmul(part, name, mults, a, b, c):
+def _matmul(part, name, dims, a, b, c):
   """An einsum C = A.B and its two backward einsums (dA, dB).
 
-  mults: its multiplies (product of all dims); a, b, c: bytes of the
-  operands.  Each of the three einsums costs 2 * mults FLOPs, reads its two
-  inputs and writes its output (dA = dC.B, dB = A.dC).
+  dims: (batch, M, K, N) for A[batch, M, K] . B[batch, K, N]; a, b, c: bytes
+  of the operands.  Each of the three einsums costs 2 * batch*M*K*N FLOPs,
+  reads its two inputs and writes its output; they contract over K
+  (C = A.B), N (dA = dC.B^T) and M (dB = A^T.dC).
   """
-  flops = 2 * mults
-  return [Op(part, name, flops, a + b + c),
-          Op(part, "d%s/a" % name, flops, c + b + a),
-          Op(part, "d%s/b" % name, flops, a + c + b)]
+  batch, m, k, n = dims
+  flops = 2 * batch * m * k * n
+  return [Op(part, name, flops, a + b + c, k),
+          Op(part, "d%s/a" % name, flops, c + b + a, n),
+          Op(part, "d%s/b" % name, flops, a + c + b, m)]
 
 
 def _elementwise(part, name, passes, nbytes):
   """An element-wise op making `passes` HBM passes over `nbytes` bytes."""
-  return [Op(part, name, 0, passes * nbytes)]
+  return [Op(part, name, 0, passes * nbytes, None)]
 
 
 def _product(xs):
@@ -362,17 +368,18 @@ def _projection(part, out, dynamic, which, heads_in, heads_out, d, n, m, b,
   ops = []
   for t in terms:
     rows = b * (n if t[0] == "x" else m)
-    ops += _matmul(part, "R_" + t, rows * d * mixing, rows * d * e,
+    ops += _matmul(part, "R_" + t, (1, rows, d, mixing), rows * d * e,
                    d * mixing * e, rows * mixing * e)
   count = _core_einsum_count(len(terms), impl.dynamic_einsums)
   src, dst = b * n * m * heads_in * ec, b * n * m * heads_out * ec
   for i in range(count):
-    if i < len(terms):  # the projection is (static +) R: one per row
-      proj = b * (n if terms[i][0] == "x" else m) * mixing * e
+    if i < len(terms):  # (static +) R: one projection per row of X or M
+      rows, other = (n, m) if terms[i][0] == "x" else (m, n)
+      proj, dims = (b * rows * mixing * e,
+                    (b * rows, other, heads_in, heads_out))
     else:
-      proj = mixing * e
-    ops += _matmul(part, "%s%d" % (out, i), b * n * m * mixing, src, proj,
-                   dst)
+      proj, dims = mixing * e, (1, b * n * m, heads_in, heads_out)
+    ops += _matmul(part, "%s%d" % (out, i), dims, src, proj, dst)
   if count > 1:
     ops += _elementwise(part, out + "_sum",
                         ELEMENTWISE_PASSES["add"] * (count - 1), dst)
@@ -405,29 +412,29 @@ def attention_ops(att, d_model, n, m, batch, impl, part, bias=False):
   ops = []
   if att.variant == "general_bilinear":
     xp, a_h = b * n * d * h * e, b * n * m * h * ec
-    ops += _matmul(part, "XP", b * n * d * d * h, x, d * d * h * e, xp)
-    ops += _matmul(part, "L", b * n * m * d * h, xp, mem, a_h)
+    ops += _matmul(part, "XP", (1, b * n, d, d * h), x, d * d * h * e, xp)
+    ops += _matmul(part, "L", (b * h, n, d, m), xp, mem, a_h)
     ops += _elementwise(part, "softmax", ELEMENTWISE_PASSES["softmax"], a_h)
-    ops += _matmul(part, "WM", b * n * m * d * h, a_h, mem, xp)
-    ops += _matmul(part, "Y", b * n * d * d * h, xp, d * d * h * e, x)
+    ops += _matmul(part, "WM", (b * h, n, m, d), a_h, mem, xp)
+    ops += _matmul(part, "Y", (1, b * n, d * h, d), xp, d * d * h * e, x)
   else:
     q, k = b * n * dk * hk * e, b * m * dk * hk * e
     v, o = b * m * dv * hv * e, b * n * dv * hv * e
-    ops += _matmul(part, "Q", b * n * d * dk * hk, x, d * dk * hk * e, q)
-    ops += _matmul(part, "K", b * m * d * dk * hk, mem, d * dk * hk * e, k)
-    ops += _matmul(part, "V", b * m * d * dv * hv, mem, d * dv * hv * e, v)
+    ops += _matmul(part, "Q", (1, b * n, d, dk * hk), x, d * dk * hk * e, q)
+    ops += _matmul(part, "K", (1, b * m, d, dk * hk), mem, d * dk * hk * e, k)
+    ops += _matmul(part, "V", (1, b * m, d, dv * hv), mem, d * dv * hv * e, v)
     a_hk, a_h, a_hv = (b * n * m * hk * ec, b * n * m * h * ec,
                        b * n * m * hv * ec)
     has_l, has_w = "P_l" in terms["params"], "P_w" in terms["params"]
-    ops += _matmul(part, "J", b * n * m * dk * hk, q, k, a_hk)
+    ops += _matmul(part, "J", (b * hk, n, dk, m), q, k, a_hk)
     if has_l:
       ops += _projection(part, "L", att.dynamic, "l", hk, h, d, n, m, b, impl)
     ops += _elementwise(part, "softmax", ELEMENTWISE_PASSES["softmax"], a_h)
     if has_w:
       ops += _projection(part, "U", att.dynamic, "w", h, hv, d, n, m, b, impl)
-    ops += _matmul(part, "O", b * n * m * dv * hv, a_hv if has_w else a_h, v,
+    ops += _matmul(part, "O", (b * hv, n, m, dv), a_hv if has_w else a_h, v,
                    o)
-    ops += _matmul(part, "Y", b * n * d * dv * hv, o, d * dv * hv * e, x)
+    ops += _matmul(part, "Y", (1, b * n, dv * hv, d), o, d * dv * hv * e, x)
   if bias:
     ops += _elementwise(part, "bias", ELEMENTWISE_PASSES["bias"],
                         b * n * m * h * ec)
@@ -438,8 +445,8 @@ def ffn_ops(d_model, d_ff, rows, impl):
   """DenseReluDense on `rows` positions: two einsums (ReLU fused)."""
   e = impl.activation_bytes
   x, hidden, w = rows * d_model * e, rows * d_ff * e, d_model * d_ff * e
-  return (_matmul("ffn", "H", rows * d_model * d_ff, x, w, hidden) +
-          _matmul("ffn", "Y_ff", rows * d_model * d_ff, hidden, w, x))
+  return (_matmul("ffn", "H", (1, rows, d_model, d_ff), x, w, hidden) +
+          _matmul("ffn", "Y_ff", (1, rows, d_ff, d_model), hidden, w, x))
 
 
 def _sublayer_ops(rows, d_model, impl):
@@ -495,7 +502,7 @@ def model_ops(model, batch, impl):
     ops += _elementwise("norm", "final_norm", ELEMENTWISE_PASSES["norm"],
                         rows * d * e)
   rows = batch * _positions(model)
-  ops += _matmul("logits", "logits", rows * d * model.vocab, rows * d * e,
+  ops += _matmul("logits", "logits", (1, rows, d, model.vocab), rows * d * e,
                  model.vocab * d * e, rows * model.vocab * e)
   ops += _elementwise("logits", "loss", ELEMENTWISE_PASSES["loss"],
                       rows * model.vocab * e)
@@ -618,10 +625,24 @@ def _check_efficiency(eff):
                        % (name, value))
 
 
+def mxu_flops(op, mxu):
+  """The FLOPs an einsum occupies a systolic matrix unit of side `mxu` for.
+
+  The unit is `mxu` multiply-adds deep along the contraction: one that sums
+  over K < mxu elements (J = Q.K over d_k = 32, say) leaves mxu - K of them
+  idle, so it costs ceil(K / mxu) * mxu / K times its FLOPs.  The other two
+  dims stream through and are not padded.
+  """
+  if not op.contraction or mxu <= 1:
+    return op.flops
+  k = op.contraction
+  return op.flops * (-(-k // mxu) * mxu) / k
+
+
 def op_seconds(op, hw, eff):
-  """max(compute time, memory time) of one op."""
-  return max(op.flops / (hw.peak_flops * eff.matmul),
-             op.bytes / (hw.hbm_bytes_per_s * eff.memory))
+  """(compute time, memory time) of one op; it costs the larger."""
+  return (mxu_flops(op, hw.mxu) / (hw.peak_flops * eff.matmul),
+          op.bytes / (hw.hbm_bytes_per_s * eff.memory))
 
 
 def predict(model, hardware, mesh_shape="batch:1", impl="mtf",
@@ -679,8 +700,7 @@ def predict(model, hardware, mesh_shape="batch:1", impl="mtf",
   compute_s = memory_s = 0.0
   parts = collections.OrderedDict()
   for op in ops:
-    t_c = op.flops / (hw.peak_flops * efficiency.matmul)
-    t_m = op.bytes / (hw.hbm_bytes_per_s * efficiency.memory)
+    t_c, t_m = op_seconds(op, hw, efficiency)
     if t_c >= t_m:
       compute_s += t_c
     else:
