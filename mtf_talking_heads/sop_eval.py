@@ -115,10 +115,8 @@ def evaluate_sop(model_dir, gin_files=(), gin_params=(),
       checkpoint; before any graph is built.
   """
   training._check_model_dir(model_dir)  # pylint: disable=protected-access
-  checkpoints = training._checkpoint_paths(model_dir, checkpoint_steps)  # pylint: disable=protected-access
   training.parse_gin(training._operative_gin(model_dir, gin_files),  # pylint: disable=protected-access
                      gin_params)
-  training._match_checkpoint_dtype(checkpoints[-1][1])  # pylint: disable=protected-access
   settings, _ = training.preflight()
   if settings.model_type != "aligned":
     raise training.ConfigError(
@@ -129,6 +127,8 @@ def evaluate_sop(model_dir, gin_files=(), gin_params=(),
         "the model in %s was trained on %r, which has no sentence-order "
         "labels: train with objectives/mlm_sop.gin (models/albert_base.gin "
         "does)" % (model_dir, settings.mixture))
+  checkpoints = training._checkpoint_paths(model_dir, checkpoint_steps)  # pylint: disable=protected-access
+  training._match_checkpoint_dtype(checkpoints[-1][1])  # pylint: disable=protected-access
   training.check_checkpoint_matches([p for _, p in checkpoints], settings)
   results = []
   fn = functools.partial(_score, results=results, checkpoints=checkpoints,
