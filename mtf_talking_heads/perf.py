@@ -879,6 +879,14 @@ def model_from_gin(gin_files, gin_params=(), vocab=PAPER_T5["vocab"],
       **{k: v for k, v in placements.items() if k in needed})
 
 
+def row_label(gin_files, gin_params=(), gin_dir=None):
+  """The experiment's row_label macro ("" if the files define none)."""
+  from mtf_talking_heads import gin_paths  # pylint: disable=g-import-not-at-top
+  macros, _ = _read_gin(list(gin_files), list(gin_params),
+                        gin_dir or gin_paths.gin_dir())
+  return _resolve(macros.get("row_label", ""), macros)
+
+
 def experiment_rows(table, vocab=PAPER_T5["vocab"], gin_dir=None):
   """[(row name, row_label, Model)] of gin/experiments/<table>/*.gin.
 
@@ -898,9 +906,7 @@ def experiment_rows(table, vocab=PAPER_T5["vocab"], gin_dir=None):
     if not filename.endswith(".gin"):
       continue
     rel = "experiments/%s/%s" % (table, filename)
-    macros, _ = _read_gin([rel], [], gin_dir)
-    label = _resolve(macros.get("row_label", filename[:-4]), macros)
-    rows.append((filename[:-4], label,
+    rows.append((filename[:-4], row_label([rel], gin_dir=gin_dir),
                  model_from_gin([rel], vocab=vocab, gin_dir=gin_dir)))
   return rows
 

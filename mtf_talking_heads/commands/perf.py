@@ -94,7 +94,8 @@ def _rows(args):
                               "--paper_table NAME")
   model = perf.model_from_gin(args.gin_file, args.gin_param, vocab=args.vocab)
   name = args.gin_file[-1].rsplit("/", 1)[-1]
-  return [(name[:-4] if name.endswith(".gin") else name, "", model)]
+  return [(name[:-4] if name.endswith(".gin") else name,
+           perf.row_label(args.gin_file, args.gin_param), model)]
 
 
 def _fmt(x, digits=4):
