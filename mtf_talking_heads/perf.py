@@ -2,7 +2,7 @@
 
 Pure Python (no TensorFlow).  A roofline model summed over operations:
 
-  step = sum over ops of max(flops / (peak * matmul_eff),
+  step = sum over ops of max(mxu_flops / (peak * matmul_eff),
                               bytes / (hbm * memory_eff))
          + ring_bytes / (ici * network_eff)
 
@@ -16,26 +16,29 @@ Pure Python (no TensorFlow).  A roofline model summed over operations:
   layer: embedding lookup, each attention layer (any variant, the n x m x
   heads tensors included), feed-forward, RMS norms and residual adds, the
   output softmax and its loss, and Adafactor's update of every parameter.
-* Multiplies per attention einsum come from costs.attention_terms, so the
-  attention flops are the paper's formulas (section 5) times 2 (multiply +
-  add) times 3 (forward, and the two backward einsums).
-* Memory traffic: each op reads its inputs and writes its output once
-  (XLA fuses element-wise work into its neighbours; see ELEMENTWISE_PASSES
-  for the passes counted for norms, softmax, loss and optimizer).
+* Each einsum counts three times (forward and its two backward einsums),
+  2 FLOPs per multiply; the attention multiplies are costs.attention_terms'
+  (the paper's section 5 formulas).  On a TPU an einsum whose contraction
+  is shorter than the 128-deep matrix unit is charged as if padded to it
+  (mxu_flops).
+* Memory traffic: each einsum reads its inputs and writes its output once;
+  element-wise work is counted in passes over its tensor
+  (ELEMENTWISE_PASSES: norms, softmax, loss, optimizer).
 * Ring bytes per device: the gradient all-reduce over the data-parallel
   axis, and on a `model` axis the heads-parallel all-reduces whose formulas
-  docs/sharding.md derives and mtf_th comm measures (comm.py).
+  docs/sharding.md derives and `mtf_th comm` measures.
 
-Example:
+Example (the paper's T5, 12 heads of d_k = 64, on 32 TPU v3 cores):
+
   >>> model = paper_model(heads=12, d_k=64, variant="multi_head")
-  >>> r = predict(model, "tpu_v3", mesh_shape="batch:32")
-  >>> round(r["step_s"], 3) > 0
-  True
+  >>> r = predict(model, "tpu_v3", mesh_shape="batch:32", impl="mtf")
+  >>> round(r["step_s"], 3), round(r["compute_s"], 3)
+  (0.096, 0.054)
 
-Everything is per device (an mtf device: a TensorCore on TPU v2/v3, a chip
-on v4 (megacore) and v5e).  The figures of HARDWARE are public
-specifications (docs/costs.md cites each); `cpu` is measured on this
-machine by benchmarks/calibrate_cpu.py (perf_cpu.py).
+Everything is per device: an mtf device, a TensorCore on TPU v3, a chip on
+v4 (megacore) and v5e.  The TPU figures are public specifications
+(docs/costs.md cites each); `cpu` is measured on this machine by
+benchmarks/calibrate_cpu.py (stored in perf_cpu.py).
 """
 import collections
 import numbers
@@ -139,7 +142,7 @@ def get_hardware(name):
 
 
 # ---------------------------------------------------------------------------
-# Efficiency factors and implementation choices.
+# Implementations: what the step's code stores and computes.
 
 Implementation = collections.namedtuple("Implementation", [
     "name", "activation_bytes", "core_bytes", "state_bytes",
@@ -169,7 +172,6 @@ IMPLEMENTATIONS = {
     # float32 in gin/mtf_th.gin).
     "mtf_th_float32": Implementation("mtf_th_float32", 4, 4, 4, "separate"),
 }
-DYNAMIC_EINSUMS = ("mtf", "separate", "folded")
 
 # HBM passes over the elements of element-wise work, forward + backward
 # (reads + writes, counted as XLA fuses them):
@@ -230,7 +232,10 @@ Attributes:
   relative_bias: True if self-attention adds a T5 relative position bias.
 """
 KINDS = ("bitransformer", "lm", "encoder")
-ATTENTION_VARIANTS = costs.VARIANTS + ("dynamic_projections",)
+PLACEMENTS = ("enc_self", "dec_self", "encdec")
+# The attention placements each kind of model has.
+KIND_PLACEMENTS = {"bitransformer": PLACEMENTS, "lm": ("dec_self",),
+                   "encoder": ("enc_self",)}
 
 
 def make_attention(variant, heads, d_k=None, d_v=None, heads_k=None,
@@ -247,7 +252,8 @@ def make_attention(variant, heads, d_k=None, d_v=None, heads_k=None,
                        "(a subset of %s)" % ", ".join(costs.DYNAMIC_TERMS))
     variant = "talking_heads"
   if variant == "general_bilinear":
-    d_k = d_v = None
+    d_k = d_v = None  # d_model, known only with the model
+  # d_model and length do not matter to these checks: any valid value
   cfg = costs.resolve_config(variant, heads_k, heads, heads_v, d_k, d_v,
                              d_model=d_k or 1, length=1, dynamic=dynamic)
   return Attention(variant, cfg["heads_k"], cfg["heads"], cfg["heads_v"],
@@ -275,15 +281,14 @@ def make_model(kind, num_layers, d_model, d_ff, vocab, batch, inputs_length,
                       ("inputs_length", inputs_length),
                       ("targets_length", targets_length)):
     _positive(name, value)
-  needed = {"bitransformer": ("enc_self", "dec_self", "encdec"),
-            "lm": ("dec_self",), "encoder": ("enc_self",)}[kind]
+  needed = KIND_PLACEMENTS[kind]
   given = dict(enc_self=enc_self, dec_self=dec_self, encdec=encdec)
   for name in needed:
     if not isinstance(given[name], Attention):
       raise ValueError("a %s model needs an Attention for %s" % (kind, name))
   return Model(kind, num_layers, d_model, d_ff, vocab, batch, inputs_length,
                targets_length, *(given[n] if n in needed else None
-                                 for n in ("enc_self", "dec_self", "encdec")),
+                                 for n in PLACEMENTS),
                relative_bias=bool(relative_bias))
 
 
@@ -307,11 +312,10 @@ def paper_model(heads, d_k=None, variant="multi_head", heads_k=None,
   att = make_attention(variant, heads, d_k, d_v, heads_k, heads_v, dynamic)
   mh = make_attention("multi_head", heads, d_k or PAPER_T5["d_model"],
                       d_v or PAPER_T5["d_model"])
-  places = ("enc_self", "dec_self", "encdec")
-  if placement != "all" and placement not in places:
+  if placement != "all" and placement not in PLACEMENTS:
     raise ValueError("placement=%r is unknown; choose all or one of %s"
-                     % (placement, ", ".join(places)))
-  chosen = {p: att if placement in ("all", p) else mh for p in places}
+                     % (placement, ", ".join(PLACEMENTS)))
+  chosen = {p: att if placement in ("all", p) else mh for p in PLACEMENTS}
   return make_model(**dict(PAPER_T5, **chosen))
 
 
@@ -645,6 +649,61 @@ def op_seconds(op, hw, eff):
           op.bytes / (hw.hbm_bytes_per_s * eff.memory))
 
 
+def _implementation(impl):
+  if isinstance(impl, Implementation):
+    return impl
+  if impl not in IMPLEMENTATIONS:
+    raise ValueError("--implementation %r is unknown; choose one of: %s"
+                     % (impl, ", ".join(IMPLEMENTATIONS)))
+  return IMPLEMENTATIONS[impl]
+
+
+def _check_mesh(model, mesh, mesh_shape):
+  """Batch divisible by the batch axis; split dims by the model axis."""
+  if model.batch % mesh["batch"]:
+    raise ValueError("batch %d is not divisible by the mesh's batch axis "
+                     "(%d); choose a --mesh_shape whose batch size divides "
+                     "it" % (model.batch, mesh["batch"]))
+  p = mesh["model"]
+  split = [("d_ff", model.d_ff), ("vocab", model.vocab)]
+  for placement in PLACEMENTS:
+    att = getattr(model, placement)
+    if att is not None:
+      split += [("%s heads_k" % placement, att.heads_k),
+                ("%s heads_v" % placement, att.heads_v)]
+  for name, size in split:
+    if size % p:
+      raise ValueError("%s (%d) is not divisible by the model axis of "
+                       "--mesh_shape %r (%d); choose a model axis that "
+                       "divides it" % (name, size, mesh_shape, p))
+
+
+def device_ops(model, batch, model_axis, impl):
+  """The ops of one device: a batch share, split over the model axis.
+
+  Heads-parallel: attention, feed-forward and logits ops are split P ways;
+  norms, residuals and the embedding lookup are whole on every device, and
+  so are the softmax and bias passes of the variants that mix heads (h_k
+  and h_v are split, h is not).
+  """
+  ops = []
+  for op in model_ops(model, batch, impl):
+    att = getattr(model, op.part) if op.part in PLACEMENTS else None
+    replicated = op.part in ("norm", "embedding") or (
+        att is not None and _replicated_core(att) and
+        op.name in ("softmax", "bias"))
+    ops.append(_split(op, model_axis, replicated))
+  return ops
+
+
+def ring_bytes(model, batch, mesh, impl, params):
+  """Bytes each device sends: the gradient all-reduce over the batch axis
+  (float32 state) + the model axis' activation all-reduces."""
+  b_axis, p = mesh["batch"], mesh["model"]
+  return (2 * (b_axis - 1) / b_axis * params / p * impl.state_bytes +
+          model_ring_elements(model, batch, p) * impl.activation_bytes)
+
+
 def predict(model, hardware, mesh_shape="batch:1", impl="mtf",
             efficiency=None):
   """Predicted seconds of one training step, per device.
@@ -662,6 +721,8 @@ def predict(model, hardware, mesh_shape="batch:1", impl="mtf",
     dict: step_s = compute_s + memory_s + network_s, where compute_s sums
     the ops bound by FLOPs and memory_s those bound by bytes; flops, bytes
     and ring_bytes per device; params; parts = {part: seconds}.
+    E.g. predict(paper_model(12, 64), "tpu_v3", "batch:32")["step_s"] is
+    0.096 (s).
 
   Raises:
     ValueError: naming the bad argument (before anything is computed).
@@ -670,33 +731,15 @@ def predict(model, hardware, mesh_shape="batch:1", impl="mtf",
   if not isinstance(model, Model):
     raise ValueError("model must be a Model (make_model / paper_model / "
                      "model_from_gin), got %r" % (model,))
-  if not isinstance(impl, Implementation):
-    if impl not in IMPLEMENTATIONS:
-      raise ValueError("--implementation %r is unknown; choose one of: %s"
-                       % (impl, ", ".join(IMPLEMENTATIONS)))
-    impl = IMPLEMENTATIONS[impl]
+  impl = _implementation(impl)
   efficiency = efficiency or hw.efficiency
   _check_efficiency(efficiency)
   mesh = parse_mesh(mesh_shape)
-  if model.batch % mesh["batch"]:
-    raise ValueError("batch %d is not divisible by the mesh's batch axis "
-                     "(%d); choose a --mesh_shape whose batch size divides "
-                     "it" % (model.batch, mesh["batch"]))
-  batch = model.batch // mesh["batch"]
-  p = mesh["model"]
-  ops = []
-  for op in model_ops(model, batch, impl):
-    att = getattr(model, op.part, None) if op.part in (
-        "enc_self", "dec_self", "encdec") else None
-    replicated = op.part in ("norm", "embedding") or (
-        att is not None and _replicated_core(att) and
-        op.name in ("softmax", "bias"))
-    ops.append(_split(op, p, replicated))
+  _check_mesh(model, mesh, mesh_shape)
+  batch, p = model.batch // mesh["batch"], mesh["model"]
   params = parameter_count(model)
-  ops += optimizer_ops(params / p, impl)
-  ring = (2 * (mesh["batch"] - 1) / mesh["batch"] * params / p *
-          impl.state_bytes +
-          model_ring_elements(model, batch, p) * impl.activation_bytes)
+  ops = device_ops(model, batch, p, impl) + optimizer_ops(params / p, impl)
+  ring = ring_bytes(model, batch, mesh, impl, params)
   compute_s = memory_s = 0.0
   parts = collections.OrderedDict()
   for op in ops:
@@ -868,8 +911,7 @@ def model_from_gin(gin_files, gin_params=(), vocab=PAPER_T5["vocab"],
       placements[macro.split("_attention")[0]] = make_attention(variant, **kw)
     except ValueError as e:
       raise ValueError("%s: %s: %s" % (where, macro, e)) from None
-  needed = {"bitransformer": ("enc_self", "dec_self", "encdec"),
-            "lm": ("dec_self",), "encoder": ("enc_self",)}[kind]
+  needed = KIND_PLACEMENTS[kind]
   lengths = [get(name) if name in macros or uses else 1 for name, uses in (
       ("inputs_length", kind != "lm"), ("targets_length", kind != "encoder"))]
   return make_model(

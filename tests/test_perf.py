@@ -51,6 +51,12 @@ TINY_BYTES = 21056
 TINY_PARAMS = 172
 
 
+def test_docstring_example():
+  r = perf.predict(perf.paper_model(heads=12, d_k=64), "tpu_v3", "batch:32",
+                   impl="mtf")
+  assert (round(r["step_s"], 3), round(r["compute_s"], 3)) == (0.096, 0.054)
+
+
 def test_tiny_model_by_hand():
   model = _tiny()
   assert perf.parameter_count(model) == TINY_PARAMS
@@ -264,6 +270,11 @@ def test_experiment_files_read_as_the_paper_model():
     (lambda: perf.predict(perf.paper_model(12, 64), "tpu_v3", "batch:3"),
      r"batch 128 is not divisible .* --mesh_shape"),
     (lambda: perf.parse_mesh("data:4"), r"--mesh_shape 'data:4'"),
+    (lambda: perf.predict(perf.paper_model(12, 64), "tpu_v4", "model:5"),
+     r"d_ff \(3072\) is not divisible by the model axis of "
+     r"--mesh_shape 'model:5' \(5\)"),
+    (lambda: perf.predict(perf.paper_model(6, 128), "tpu_v4", "model:4"),
+     r"enc_self heads_k \(6\) is not divisible by the model axis"),
     (lambda: perf.experiment_rows("nope"),
      r"--paper_table 'nope' is unknown; choose one of: .*t5_heads"),
     (lambda: perf.compare_paper("lm_heads"),
