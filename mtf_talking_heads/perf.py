@@ -625,8 +625,8 @@ def _split(op, model_axis, replicated):
 def _check_efficiency(eff):
   for name, value in zip(Efficiency._fields, eff):
     if not isinstance(value, (int, float)) or not 0 < value <= 1:
-      raise ValueError("efficiency %s must be in (0, 1], got %r"
-                       % (name, value))
+      raise ValueError("--%s_efficiency (Efficiency.%s) must be in (0, 1], "
+                       "got %r" % (name, name, value))
 
 
 def mxu_flops(op, mxu):

@@ -283,7 +283,7 @@ def test_experiment_files_read_as_the_paper_model():
                           impl="mtf_x"), r"--implementation 'mtf_x'"),
     (lambda: perf.predict(perf.paper_model(12, 64), "tpu_v3",
                           efficiency=perf.Efficiency(0, 1, 1)),
-     r"efficiency matmul must be in \(0, 1\]"),
+     r"--matmul_efficiency \(Efficiency.matmul\) must be in \(0, 1\]"),
     (lambda: perf.model_from_gin(["models/t5_tiny.gin"]),
      r"does not define the gin macro 'heads'"),
 ])
