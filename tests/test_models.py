@@ -214,7 +214,7 @@ def test_bert_and_albert(reports):
   names = {l["name"] for l in albert["stacks"]["transformer"]}
   assert names == {"shared_attention", "shared_feed_forward"}
   assert len(albert["stacks"]["transformer"]) == 24
-  assert albert["dims"]["inner_vocab"] == 128
+  assert "inner_vocab" not in albert["dims"]  # embedding size = d_model
   assert albert["dims"]["max_length"] == 512
   # BERT up to 768 heads with d_k = d_v = 1
   last = reports["experiments/bert_heads/10_talking_heads_768_1.gin"]["base"]
