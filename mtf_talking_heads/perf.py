@@ -195,9 +195,18 @@ ELEMENTWISE_PASSES = {
     "loss": 4,
     # embedding lookup: fwd write x; bwd read dx (scatter-add).
     "embedding": 2,
-    # Adafactor per parameter element: read the weight, read the gradient
-    # twice (factored second moments, then the update), write the weight.
-    "optimizer": 4,
+}
+# HBM passes per parameter element of each optimizer's update (float32):
+OPTIMIZER_PASSES = {
+    # Adafactor (T5, the paper): read the weight, read the gradient twice
+    # (factored second moments, then the update), write the weight.
+    "adafactor": 4,
+    # BERT's AdamW with global-norm clipping (optimizers.py): read the
+    # gradient for its norm, read weight, gradient, m, v, write weight, m, v.
+    "adam": 8,
+    # LAMB (ALBERT): Adam's passes + the weight and the update read again
+    # for the layer-wise trust ratio's norms.
+    "lamb": 10,
 }
 
 Op = collections.namedtuple("Op", ["part", "name", "flops", "bytes",
@@ -217,7 +226,7 @@ Attention = collections.namedtuple("Attention", [
 Model = collections.namedtuple("Model", [
     "kind", "num_layers", "d_model", "d_ff", "vocab", "batch",
     "inputs_length", "targets_length", "enc_self", "dec_self", "encdec",
-    "relative_bias"])
+    "relative_bias", "optimizer", "shared_layers"])
 Model.__doc__ = """A whole transformer, as its gin files configure it.
 
 Attributes:
@@ -230,6 +239,9 @@ Attributes:
   enc_self, dec_self, encdec: the Attention of each placement (None where
     the model has none).
   relative_bias: True if self-attention adds a T5 relative position bias.
+  optimizer: a key of OPTIMIZER_PASSES.
+  shared_layers: True if the layers of a stack share their weights (ALBERT):
+    the work is per layer, the parameters (optimizer, all-reduce) once.
 """
 KINDS = ("bitransformer", "lm", "encoder")
 PLACEMENTS = ("enc_self", "dec_self", "encdec")
@@ -271,7 +283,8 @@ def _positive(name, value):
 
 def make_model(kind, num_layers, d_model, d_ff, vocab, batch, inputs_length,
                targets_length, enc_self=None, dec_self=None, encdec=None,
-               relative_bias=True):
+               relative_bias=True, optimizer="adafactor",
+               shared_layers=False):
   """A validated Model (see Model's attributes)."""
   if kind not in KINDS:
     raise ValueError("kind=%r is unknown; choose one of: %s"
@@ -281,6 +294,9 @@ def make_model(kind, num_layers, d_model, d_ff, vocab, batch, inputs_length,
                       ("inputs_length", inputs_length),
                       ("targets_length", targets_length)):
     _positive(name, value)
+  if optimizer not in OPTIMIZER_PASSES:
+    raise ValueError("optimizer=%r is not modelled; choose one of: %s"
+                     % (optimizer, ", ".join(OPTIMIZER_PASSES)))
   needed = KIND_PLACEMENTS[kind]
   given = dict(enc_self=enc_self, dec_self=dec_self, encdec=encdec)
   for name in needed:
@@ -289,7 +305,8 @@ def make_model(kind, num_layers, d_model, d_ff, vocab, batch, inputs_length,
   return Model(kind, num_layers, d_model, d_ff, vocab, batch, inputs_length,
                targets_length, *(given[n] if n in needed else None
                                  for n in PLACEMENTS),
-               relative_bias=bool(relative_bias))
+               relative_bias=bool(relative_bias), optimizer=optimizer,
+               shared_layers=bool(shared_layers))
 
 
 # The paper's T5 (section 7.1): 12 + 12 layers, d_model 768, d_ff 3072,
@@ -526,16 +543,16 @@ def parameter_count(model):
                                     att.heads_v, att.d_k, att.d_v, d, 1,
                                     dynamic=att.dynamic)
       per_layer += sum(_product(s) for s in terms["params"].values()) + d
-    total += per_layer * model.num_layers + d  # + final norm
+    copies = 1 if model.shared_layers else model.num_layers
+    total += per_layer * copies + d  # + final norm
     if model.relative_bias:
       total += 32 * getattr(model, layers[0][0]).heads  # 32 buckets, shared
   return total
 
 
-def optimizer_ops(params, impl):
-  """Adafactor's update of `params` parameter elements."""
-  return _elementwise("optimizer", "adafactor",
-                      ELEMENTWISE_PASSES["optimizer"],
+def optimizer_ops(params, impl, optimizer="adafactor"):
+  """The optimizer's update of `params` parameter elements."""
+  return _elementwise("optimizer", optimizer, OPTIMIZER_PASSES[optimizer],
                       params * impl.state_bytes)
 
 
@@ -738,7 +755,8 @@ def predict(model, hardware, mesh_shape="batch:1", impl="mtf",
   _check_mesh(model, mesh, mesh_shape)
   batch, p = model.batch // mesh["batch"], mesh["model"]
   params = parameter_count(model)
-  ops = device_ops(model, batch, p, impl) + optimizer_ops(params / p, impl)
+  ops = device_ops(model, batch, p, impl) + optimizer_ops(
+      params / p, impl, model.optimizer)
   ring = ring_bytes(model, batch, mesh, impl, params)
   compute_s = memory_s = 0.0
   parts = collections.OrderedDict()
@@ -860,6 +878,21 @@ def _placement_variant(ref, where):
                        "mtf_th.%sAttention" % p for p in _CLASS_VARIANTS)))
 
 
+# optimizer classes (utils.run.optimizer) -> OPTIMIZER_PASSES key
+_OPTIMIZER_CLASSES = {"AdafactorOptimizer": "adafactor",
+                      "BertAdamOptimizer": "adam", "LambOptimizer": "lamb"}
+
+
+def _optimizer(ref, where):
+  if ref is None:
+    return "adafactor"  # mtf_th.gin's
+  name = ref.name.split(".")[-1] if isinstance(ref, _Ref) else None
+  if name not in _OPTIMIZER_CLASSES:
+    raise ValueError("%s: utils.run.optimizer = %r is not modelled; perf "
+                     "knows %s" % (where, ref, ", ".join(_OPTIMIZER_CLASSES)))
+  return _OPTIMIZER_CLASSES[name]
+
+
 def model_from_gin(gin_files, gin_params=(), vocab=PAPER_T5["vocab"],
                    gin_dir=None):
   """The Model that `mtf_th train` would build from these gin files.
@@ -918,6 +951,9 @@ def model_from_gin(gin_files, gin_params=(), vocab=PAPER_T5["vocab"],
       kind, get("num_layers"), get("d_model"), get("d_ff"), vocab,
       get("batch_size"), lengths[0], lengths[1],
       relative_bias=get("relative_attention_type") is not None,
+      optimizer=_optimizer(bindings.get("utils.run.optimizer"), where),
+      shared_layers=bindings.get(
+          "transformer.make_layer_stack.block_scope") is False,
       **{k: v for k, v in placements.items() if k in needed})
 
 

@@ -71,6 +71,32 @@ def test_tiny_model_by_hand():
       (2816 + 256 + 640 + 2048 + 1024 + 2752) / 1e30)
 
 
+def test_optimizers_and_shared_layers():
+  # Adam with clipping: 8 passes per parameter instead of Adafactor's 4;
+  # shared layers count their parameters once.
+  model = _tiny()
+  adam = perf.predict(model._replace(optimizer="adam"), _hw(1e30, 1.0),
+                      impl=F32)
+  assert adam["bytes"] - TINY_BYTES == (8 - 4) * TINY_PARAMS * 4
+  two = model._replace(num_layers=2)
+  shared = two._replace(shared_layers=True)
+  layer = perf.parameter_count(two) - TINY_PARAMS
+  assert layer == 64 + 4 + 64 + 4  # attention + FFN + their norms
+  assert perf.parameter_count(shared) == TINY_PARAMS
+  assert (perf.predict(shared, _hw(1.0, 1.0), impl=F32)["flops"] ==
+          perf.predict(two, _hw(1.0, 1.0), impl=F32)["flops"])
+
+
+@pytest.mark.parametrize("gin_file,optimizer,shared", [
+    ("models/t5_base.gin", "adafactor", False),
+    ("models/bert_base.gin", "adam", False),
+    ("models/albert_base.gin", "lamb", True),
+])
+def test_gin_models_optimizer_and_sharing(gin_file, optimizer, shared):
+  model = perf.model_from_gin([gin_file])
+  assert (model.optimizer, model.shared_layers) == (optimizer, shared)
+
+
 def test_each_op_costs_the_larger_of_its_two_times():
   # peak 1 FLOP/s, 1 B/s: Q's forward einsum is 256 FLOPs and 320 bytes.
   model = _tiny()
@@ -78,7 +104,7 @@ def test_each_op_costs_the_larger_of_its_two_times():
   q = [op for op in ops if op.name == "Q"][0]
   assert (q.flops, q.bytes) == (256, 320)
   result = perf.predict(model, _hw(1.0, 1.0), impl=F32)
-  ops += perf.optimizer_ops(TINY_PARAMS, F32)
+  ops += perf.optimizer_ops(TINY_PARAMS, F32, "adafactor")
   assert result["step_s"] == pytest.approx(
       sum(max(op.flops, op.bytes) for op in ops))
 
