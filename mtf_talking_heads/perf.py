@@ -497,8 +497,8 @@ def _positions(model):
 def model_ops(model, batch, impl):
   """Every op of one training step of `model` on `batch` examples.
 
-  Model-parallel splitting is applied by predict(); these are the ops of
-  one data-parallel group's share of the batch, unsplit.
+  These are the ops of one data-parallel group's share of the batch,
+  before device_ops splits them over the model axis.
 
   Returns:
     [Op] (the optimizer's are in optimizer_ops).

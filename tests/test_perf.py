@@ -165,6 +165,15 @@ def test_dynamic_einsum_counts():
                                                            op.name))
   assert names["mtf"] == ["L0", "L1", "U0", "U1"]
   assert names["mtf_th"] == ["L0", "L1", "L2", "U0", "U1", "U2"]
+  # folded (the paper's multiplies column): one einsum per projection, as
+  # costs.py counts with fold_dynamic=True
+  folded = perf.IMPLEMENTATIONS["mtf_th"]._replace(dynamic_einsums="folded")
+  ops = perf.attention_ops(att, 32, 10, 10, 1, folded, "x")
+  assert sorted(op.name for op in ops if re.match(r"[LU]\d$", op.name)) == [
+      "L0", "U0"]
+  assert sum(op.flops for op in ops) == 6 * costs.attention_costs(
+      "talking_heads", 8, 8, 8, 16, 16, 32, 10, dynamic=costs.DYNAMIC_TERMS,
+      fold_dynamic=True)["multiplies"]
 
 
 # ---------------------------------------------------------------------------
