@@ -407,8 +407,51 @@ def _projection(part, out, dynamic, which, heads_in, heads_out, d, n, m, b,
   return ops
 
 
+def _bilinear_ops(part, h, d, n, m, b, impl):
+  """General bilinear (section 6): XP = X.P, L = XP.M, W, WM = W.M, Y."""
+  e, ec = impl.activation_bytes, impl.core_bytes
+  x, mem = b * n * d * e, b * m * d * e
+  xp, a_h = b * n * d * h * e, b * n * m * h * ec
+  return (_matmul(part, "XP", (1, b * n, d, d * h), x, d * d * h * e, xp) +
+          _matmul(part, "L", (b * h, n, d, m), xp, mem, a_h) +
+          _elementwise(part, "softmax", ELEMENTWISE_PASSES["softmax"], a_h) +
+          _matmul(part, "WM", (b * h, n, m, d), a_h, mem, xp) +
+          _matmul(part, "Y", (1, b * n, d * h, d), xp, d * d * h * e, x))
+
+
+def _projected_ops(part, att, terms, d, n, m, b, impl):
+  """Q, K, V, J, [L = J.P_l], W, [U = W.P_w], O, Y (sections 3-4, app. A)."""
+  hk, h, hv = terms["heads_k"], terms["heads"], terms["heads_v"]
+  dk, dv = terms["d_k"], terms["d_v"]
+  e, ec = impl.activation_bytes, impl.core_bytes
+  x, mem = b * n * d * e, b * m * d * e
+  q, k = b * n * dk * hk * e, b * m * dk * hk * e
+  v, o = b * m * dv * hv * e, b * n * dv * hv * e
+  a_hk, a_h, a_hv = (b * n * m * hk * ec, b * n * m * h * ec,
+                     b * n * m * hv * ec)
+  has_l, has_w = "P_l" in terms["params"], "P_w" in terms["params"]
+  ops = _matmul(part, "Q", (1, b * n, d, dk * hk), x, d * dk * hk * e, q)
+  ops += _matmul(part, "K", (1, b * m, d, dk * hk), mem, d * dk * hk * e, k)
+  ops += _matmul(part, "V", (1, b * m, d, dv * hv), mem, d * dv * hv * e, v)
+  ops += _matmul(part, "J", (b * hk, n, dk, m), q, k, a_hk)
+  if has_l:
+    ops += _projection(part, "L", att.dynamic, "l", hk, h, d, n, m, b, impl)
+  ops += _elementwise(part, "softmax", ELEMENTWISE_PASSES["softmax"], a_h)
+  if has_w:
+    ops += _projection(part, "U", att.dynamic, "w", h, hv, d, n, m, b, impl)
+  ops += _matmul(part, "O", (b * hv, n, m, dv), a_hv if has_w else a_h, v, o)
+  ops += _matmul(part, "Y", (1, b * n, dv * hv, d), o, d * dv * hv * e, x)
+  return ops
+
+
 def attention_ops(att, d_model, n, m, batch, impl, part, bias=False):
   """The ops of one attention layer (forward + backward) on `batch` rows.
+
+  Example: multi-head, h = 12, d_k = d_v = 64, d_model = 768, n = m = 512,
+  batch 4, impl "mtf": Q, dQ/a, dQ/b, K, ..., J (dims (48, 512, 64, 512):
+  2 * 48 * 512 * 64 * 512 FLOPs; bytes 2 * (Q + K + J) = 2 * (1572864 +
+  1572864 + 12582912) elements in bfloat16), its dJ/a and dJ/b, softmax (8
+  passes over J's 12582912 elements), O and Y with their gradients.
 
   Args:
     att: an Attention.
@@ -425,40 +468,13 @@ def attention_ops(att, d_model, n, m, batch, impl, part, bias=False):
                                 att.heads_v, att.d_k, att.d_v, d_model,
                                 max(n, m), dynamic=att.dynamic,
                                 fold_dynamic=True)
-  hk, h, hv = terms["heads_k"], terms["heads"], terms["heads_v"]
-  dk, dv, d = terms["d_k"], terms["d_v"], d_model
-  e, ec = impl.activation_bytes, impl.core_bytes
-  b = batch
-  x, mem = b * n * d * e, b * m * d * e
-  ops = []
   if att.variant == "general_bilinear":
-    xp, a_h = b * n * d * h * e, b * n * m * h * ec
-    ops += _matmul(part, "XP", (1, b * n, d, d * h), x, d * d * h * e, xp)
-    ops += _matmul(part, "L", (b * h, n, d, m), xp, mem, a_h)
-    ops += _elementwise(part, "softmax", ELEMENTWISE_PASSES["softmax"], a_h)
-    ops += _matmul(part, "WM", (b * h, n, m, d), a_h, mem, xp)
-    ops += _matmul(part, "Y", (1, b * n, d * h, d), xp, d * d * h * e, x)
+    ops = _bilinear_ops(part, terms["heads"], d_model, n, m, batch, impl)
   else:
-    q, k = b * n * dk * hk * e, b * m * dk * hk * e
-    v, o = b * m * dv * hv * e, b * n * dv * hv * e
-    ops += _matmul(part, "Q", (1, b * n, d, dk * hk), x, d * dk * hk * e, q)
-    ops += _matmul(part, "K", (1, b * m, d, dk * hk), mem, d * dk * hk * e, k)
-    ops += _matmul(part, "V", (1, b * m, d, dv * hv), mem, d * dv * hv * e, v)
-    a_hk, a_h, a_hv = (b * n * m * hk * ec, b * n * m * h * ec,
-                       b * n * m * hv * ec)
-    has_l, has_w = "P_l" in terms["params"], "P_w" in terms["params"]
-    ops += _matmul(part, "J", (b * hk, n, dk, m), q, k, a_hk)
-    if has_l:
-      ops += _projection(part, "L", att.dynamic, "l", hk, h, d, n, m, b, impl)
-    ops += _elementwise(part, "softmax", ELEMENTWISE_PASSES["softmax"], a_h)
-    if has_w:
-      ops += _projection(part, "U", att.dynamic, "w", h, hv, d, n, m, b, impl)
-    ops += _matmul(part, "O", (b * hv, n, m, dv), a_hv if has_w else a_h, v,
-                   o)
-    ops += _matmul(part, "Y", (1, b * n, dv * hv, d), o, d * dv * hv * e, x)
+    ops = _projected_ops(part, att, terms, d_model, n, m, batch, impl)
   if bias:
     ops += _elementwise(part, "bias", ELEMENTWISE_PASSES["bias"],
-                        b * n * m * h * ec)
+                        batch * n * m * terms["heads"] * impl.core_bytes)
   return ops
 
 

@@ -97,6 +97,17 @@ def test_gin_models_optimizer_and_sharing(gin_file, optimizer, shared):
   assert (model.optimizer, model.shared_layers) == (optimizer, shared)
 
 
+def test_attention_ops_docstring_example():
+  ops = perf.attention_ops(perf.make_attention("multi_head", 12, 64), 768,
+                           512, 512, 4, perf.IMPLEMENTATIONS["mtf"], "x")
+  assert [op.name for op in ops][:4] == ["Q", "dQ/a", "dQ/b", "K"]
+  j = [op for op in ops if op.name == "J"][0]
+  assert j.flops == 2 * 48 * 512 * 64 * 512
+  assert j.bytes == 2 * (1572864 + 1572864 + 12582912)
+  softmax = [op for op in ops if op.name == "softmax"][0]
+  assert softmax.bytes == 8 * 12582912 * 2
+
+
 def test_each_op_costs_the_larger_of_its_two_times():
   # peak 1 FLOP/s, 1 B/s: Q's forward einsum is 256 FLOPs and 320 bytes.
   model = _tiny()
