@@ -363,6 +363,19 @@ def test_cli_one_row(capsys):
   assert cells[-1] == "1.000"
 
 
+def test_cli_reference_row(capsys):
+  status, out, err = _cli(["--paper_table", "t5_heads", "--hardware",
+                           "tpu_v5e", "--mesh_shape", "batch:64",
+                           "--reference", "02_multi_head_12_64"], capsys)
+  assert status == 0, err
+  rows = {l.split(",")[0]: l.split(",") for l in out.splitlines()[1:]}
+  assert rows["02_multi_head_12_64"][-1] == "1.000"
+  ratio = float(rows["07_talking_heads_24_32"][2]) / float(
+      rows["02_multi_head_12_64"][2])
+  assert float(rows["07_talking_heads_24_32"][-1]) == pytest.approx(
+      ratio, abs=2e-3)
+
+
 def test_cli_compare_paper(capsys):
   status, out, err = _cli(["--paper_table", "t5_logits_weights",
                            "--compare_paper"], capsys)

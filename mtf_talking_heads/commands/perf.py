@@ -102,47 +102,55 @@ def _fmt(x, digits=4):
   return "" if x is None else "%.*f" % (digits, x)
 
 
-def _run(args):
-  """Returns the text to print; raises commands.UsageError or ValueError."""
-  if args.compare_paper and not args.paper_table:
+def _settings(args):
+  """(hardware, mesh_shape, implementation, efficiency), checked."""
+  paper = args.compare_paper
+  if paper and not args.paper_table:
     raise commands.UsageError("--compare_paper needs --paper_table NAME (one "
                               "of %s)" % ", ".join(perf.PAPER_STEP_TIMES))
   hardware = args.hardware or perf.PAPER_HARDWARE
   perf.get_hardware(hardware)  # a bad name fails first
-  paper = args.compare_paper
   mesh = args.mesh_shape or (perf.PAPER_MESH if paper else "batch:1")
+  perf.parse_mesh(mesh)
   impl = args.implementation or (perf.PAPER_IMPLEMENTATION if paper
                                  else "mtf_th")
   if impl not in perf.IMPLEMENTATIONS:
     raise ValueError("--implementation %r is unknown; choose one of: %s"
                      % (impl, ", ".join(perf.IMPLEMENTATIONS)))
-  perf.parse_mesh(mesh)
-  eff = _efficiency(args, hardware)
+  return hardware, mesh, impl, _efficiency(args, hardware)
+
+
+def _paper_cells(compared):
+  return [_fmt(compared["paper_s"], 2), _fmt(compared["paper_ratio"], 3),
+          _fmt(compared["predicted_ratio"], 3),
+          "" if compared["error"] is None
+          else "%+.1f%%" % (100 * compared["error"])]
+
+
+def _run(args):
+  """Returns the text to print; raises commands.UsageError or ValueError."""
+  hardware, mesh, impl, eff = _settings(args)
   rows = _rows(args)
   names = [r[0] for r in rows]
   if args.reference and args.reference not in names:
     raise ValueError("--reference %r is not a row; choose one of: %s"
                      % (args.reference, ", ".join(names)))
   results = [perf.predict(m, hardware, mesh, impl, eff) for _, _, m in rows]
-  ref = results[names.index(args.reference)] if args.reference \
-      else results[0]
+  ref = results[names.index(args.reference) if args.reference else 0]
   compared = {}
-  if paper:
+  if args.compare_paper:
     compared = {c["row"]: c for c in perf.compare_paper(
         args.paper_table, hardware, mesh, impl, eff)}
   cells = []
   for (name, label, _), r in zip(rows, results):
-    row = [name, label, _fmt(r["step_s"]), _fmt(r["compute_s"]),
-           _fmt(r["memory_s"]), _fmt(r["network_s"])]
-    if not paper:
-      row.append(_fmt(r["step_s"] / ref["step_s"], 3))
+    row = [name, label] + [_fmt(r[k]) for k in (
+        "step_s", "compute_s", "memory_s", "network_s")]
+    if compared:
+      row += _paper_cells(compared[name])
     else:
-      c = compared[name]
-      row += [_fmt(c["paper_s"], 2), _fmt(c["paper_ratio"], 3),
-              _fmt(c["predicted_ratio"], 3),
-              "" if c["error"] is None else "%+.1f%%" % (100 * c["error"])]
+      row.append(_fmt(r["step_s"] / ref["step_s"], 3))
     cells.append(row)
-  columns = COLUMNS[:-1] + PAPER_COLUMNS if paper else COLUMNS
+  columns = COLUMNS[:-1] + PAPER_COLUMNS if compared else COLUMNS
   return commands.format_table(columns, cells, args.format,
                                text_columns=("row", "label"))
 
