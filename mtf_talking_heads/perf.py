@@ -86,7 +86,8 @@ Attributes:
 def _tpu(name, chip_flops, chip_hbm, pod_allreduce, pod_chips, devices,
          source):
   """A TPU entry from per-chip figures; ICI = the pod's all-reduce
-  bandwidth shared by its chips."""
+  bandwidth shared by its chips; MXU 128 x 128 (cloud.google.com/tpu/docs/
+  system-architecture-tpu-vm)."""
   return Hardware(name, chip_flops / devices, chip_hbm / devices,
                   pod_allreduce / pod_chips / devices, devices, 128, source,
                   DEFAULT_EFFICIENCY)
