@@ -1,0 +1,177 @@
+"""Rows: one attention configuration each, and the paper tables they form.
+
+Owns Row, the row macros' allowed values, the paper tables (the directories
+of gin/experiments/, one file per row, in file-name order) and their checks,
+and the --rows selection.  Rows from explicit values are grid.py's.
+"""
+import collections
+import os
+import re
+
+from mtf_talking_heads import costs
+from mtf_talking_heads.sweep import gin_reader
+
+EXPERIMENTS = "experiments"
+
+# The macros every experiment file defines (docs/gin_guide.md).
+ROW_MACROS = ("row_label", "variant", "heads_k", "heads", "heads_v", "d_k",
+              "d_v", "dynamic", "placement")
+VARIANTS = ("multi_head", "talking_heads", "project_logits",
+            "project_weights", "general_bilinear", "dynamic_projections")
+PLACEMENTS = ("all", "enc_self", "dec_self", "encdec")
+# t5, bert, albert: the paper's models (models/<m>_base.gin, shrunk for CPU
+# by models/<m>_tiny.gin).  lm, encdec: small models in the paper's regime
+# (models/<m>_small.gin, h * d_k = d_model; shrunk for tests by
+# models/<m>_tiny.gin); their tables run at scale "small".
+MODELS = ("t5", "bert", "albert", "lm", "encdec")
+SMALL_MODELS = ("lm", "encdec")
+DIMS = ("heads_k", "heads", "heads_v", "d_k", "d_v")
+
+Row = collections.namedtuple("Row", [
+    "name", "label", "variant", "heads_k", "heads", "heads_v", "d_k", "d_v",
+    "dynamic", "placement", "gin_files", "gin_params"])
+Row.__doc__ = """One attention configuration of a sweep.
+
+Attributes:
+  name: file-system id, unique in the sweep ("06_talking_heads_12_64").
+  label: the paper's first column ("talking-heads").
+  variant: one of VARIANTS.
+  heads_k, heads, heads_v, d_k, d_v: ints (the experiment's macros).
+  dynamic: tuple of dynamic-projection terms.
+  placement: one of PLACEMENTS (where the variant is used; multi-head
+    elsewhere).
+  gin_files: gin files (relative to gin/) that configure the row at base
+    scale, in order.
+  gin_params: gin bindings applied after them.
+"""
+
+
+def paper_table_names(gin_dir=gin_reader.GIN_DIR):
+  """The paper tables: the directories of gin/experiments/ with gin files."""
+  root = os.path.join(gin_dir, EXPERIMENTS)
+  if not os.path.isdir(root):
+    return []
+  return sorted(d for d in os.listdir(root)
+                if os.path.isdir(os.path.join(root, d)) and any(
+                    f.endswith(".gin") for f in os.listdir(os.path.join(root, d))))
+
+
+def positive_int(value, name, where):
+  if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    raise ValueError("%s: %s must be a positive integer, got %r"
+                     % (where, name, value))
+  return value
+
+
+def check_row(row, where):
+  """Validates a Row's macros; raises ValueError naming `where` and the macro."""
+  if row.variant not in VARIANTS:
+    raise ValueError("%s: variant=%r is not one of %s"
+                     % (where, row.variant, ", ".join(VARIANTS)))
+  for name in DIMS:
+    positive_int(getattr(row, name), name, where)
+  if row.placement not in PLACEMENTS:
+    raise ValueError("%s: placement=%r is not one of %s"
+                     % (where, row.placement, ", ".join(PLACEMENTS)))
+  if not isinstance(row.label, str) or not row.label:
+    raise ValueError("%s: row_label must be a non-empty string, got %r"
+                     % (where, row.label))
+  if row.variant == "dynamic_projections" and not row.dynamic:
+    raise ValueError("%s: variant 'dynamic_projections' needs a non-empty "
+                     "dynamic list" % where)
+  if row.variant != "dynamic_projections" and row.dynamic:
+    raise ValueError("%s: dynamic=%r is only meaningful for variant "
+                     "'dynamic_projections', not %r"
+                     % (where, list(row.dynamic), row.variant))
+  variant, hk, h, hv, dk, dv, _, _, dynamic = cost_args(row, 1)
+  try:  # the heads / dims / dynamic terms must fit the variant
+    costs.resolve_config(variant, hk, h, hv, dk, dv, d_model=1, length=1,
+                         dynamic=dynamic)
+  except ValueError as e:
+    raise ValueError("%s: %s" % (where, e)) from None
+  return row
+
+
+def paper_table_rows(table, gin_dir=gin_reader.GIN_DIR):
+  """The rows of a paper table, from gin/experiments/<table>/*.gin.
+
+  Args:
+    table: a name from paper_table_names().
+    gin_dir: the gin root.
+
+  Returns:
+    [Row] in file-name order (= the paper's row order).
+
+  Raises:
+    ValueError: unknown table, or a file missing / misdefining a macro.
+  """
+  names = paper_table_names(gin_dir)
+  if table not in names:
+    raise ValueError("paper_table=%r is unknown; choose one of: %s"
+                     % (table, ", ".join(names) or "(no gin/experiments)"))
+  folder = os.path.join(EXPERIMENTS, table)
+  rows = []
+  for filename in sorted(os.listdir(os.path.join(gin_dir, folder))):
+    if not filename.endswith(".gin"):
+      continue
+    rel = os.path.join(folder, filename)
+    config = gin_reader.GinConfig([rel], gin_dir=gin_dir)
+    values = {m: config.require(m, rel) for m in ROW_MACROS}
+    dynamic = values["dynamic"]
+    if not isinstance(dynamic, (list, tuple)):
+      raise ValueError("%s: dynamic must be a list, got %r" % (rel, dynamic))
+    row = Row(name=filename[:-len(".gin")], label=values["row_label"],
+              variant=values["variant"],
+              **{d: values[d] for d in DIMS},
+              dynamic=tuple(dynamic), placement=values["placement"],
+              gin_files=(rel,), gin_params=())
+    rows.append(check_row(row, rel))
+  return rows
+
+
+def table_caption(table, gin_dir=gin_reader.GIN_DIR):
+  """The paper table named in the first experiment file's header comment."""
+  folder = os.path.join(gin_dir, EXPERIMENTS, table)
+  first = sorted(f for f in os.listdir(folder) if f.endswith(".gin"))[0]
+  with open(os.path.join(folder, first)) as f:
+    for line in f:
+      match = re.match(r"#\s*Paper table (.*), row \d+:", line)
+      if match:
+        return match.group(1)
+  return table
+
+
+def select_rows(rows, spec):
+  """The rows numbered in `spec` ("1-8", "1,3,5-6"; 1-based, paper order)."""
+  if not spec:
+    return list(rows)
+  chosen = []
+  for part in spec.split(","):
+    match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+    if not match:
+      raise ValueError("rows=%r: expected numbers and ranges like 1-8,10"
+                       % spec)
+    first = int(match.group(1))
+    last = int(match.group(2) or first)
+    if not 1 <= first <= last <= len(rows):
+      raise ValueError("rows=%r: %r is outside 1-%d" % (spec, part, len(rows)))
+    chosen.extend(range(first, last + 1))
+  if len(set(chosen)) != len(chosen):
+    raise ValueError("rows=%r names a row twice" % spec)
+  return [rows[i - 1] for i in chosen]
+
+
+def cost_args(row, d_model):
+  """costs.py's (variant, heads_k, heads, heads_v, d_k, d_v, d_model, length,
+  dynamic) for a row: dynamic projections are talking heads plus terms,
+  general bilinear has no d_k, d_v of its own; length is left to the caller.
+  """
+  variant = row.variant
+  dynamic = ()
+  if variant == "dynamic_projections":
+    variant, dynamic = "talking_heads", row.dynamic
+  heads_k, heads_v, d_k, d_v = row.heads_k, row.heads_v, row.d_k, row.d_v
+  if variant == "general_bilinear":
+    d_k = d_v = None
+  return (variant, heads_k, row.heads, heads_v, d_k, d_v, d_model, None,
+          dynamic)

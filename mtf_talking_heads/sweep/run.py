@@ -1,0 +1,216 @@
+"""Running a sweep: every unfinished run, each in its own processes.
+
+Owns Runner (the manifest check that lets a sweep resume, the execution of
+one run's `mtf_th train` / `mtf_th eval` commands, the results.csv line it
+appends, progress lines with an ETA) and the time accounting of a run over
+its interrupted pieces (RUN_TIME in the run directory).
+"""
+import glob
+import json
+import os
+import resource
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+from mtf_talking_heads import comparison
+from mtf_talking_heads.sweep import lazy
+from mtf_talking_heads.sweep import plan as plan_lib
+from mtf_talking_heads.sweep import report
+from mtf_talking_heads.sweep import results
+
+RUN_TIME = "sweep_time.json"
+
+
+def default_launcher():
+  """The argv prefix that runs `mtf_th` with this Python."""
+  return [sys.executable, "-m", "mtf_talking_heads.cli"]
+
+
+class Runner(object):
+  """Trains and evaluates the runs of a Plan that results.csv lacks.
+
+  Example:
+    runner = Runner(plan, report.Reporter(plan))
+    runner.run()  # runs/<row>/seed_<n>/, results.csv, results.md, plots
+
+  Args:
+    plan: the Plan (rows, seeds, commands, output_dir).
+    reporter: the report.Reporter that rewrites tables and plots.
+    launcher: argv prefix that runs `mtf_th` (default: this Python).
+    log: where progress lines go (default sys.stdout).
+  """
+
+  def __init__(self, plan, reporter, launcher=None, log=None):
+    self.plan = plan
+    self.reporter = reporter
+    self.launcher = list(launcher or default_launcher())
+    self.log = log or sys.stdout
+
+  def check_manifest(self):
+    """Records the plan's manifest, or refuses an output_dir of another sweep.
+
+    Raises:
+      ValueError: output_dir holds a sweep with other settings (more rows
+        are allowed: the sweep grows, recorded runs stay).
+    """
+    output_dir = self.plan.output_dir
+    path = os.path.join(output_dir, plan_lib.MANIFEST)
+    mine = self.plan.manifest()
+    if os.path.exists(path):
+      with open(path) as f:
+        theirs = json.load(f)
+      different = sorted(k for k in mine if mine[k] != theirs.get(k))
+      if different == ["rows"] and all(r in mine["rows"]
+                                       for r in theirs["rows"]):
+        different = []  # more rows: the sweep grows, recorded runs stay
+      if different:
+        raise ValueError(
+            "output_dir=%r holds a sweep with other settings (%s differ; "
+            "see %s); use a new --output_dir, or the same settings to resume "
+            "(adding rows is allowed)"
+            % (output_dir, ", ".join(different), path))
+      if mine["rows"] != theirs["rows"]:
+        with open(path, "w") as f:
+          json.dump(mine, f, indent=1)
+    else:
+      os.makedirs(output_dir, exist_ok=True)
+      with open(path, "w") as f:
+        json.dump(mine, f, indent=1)
+
+  def say(self, text):
+    self.log.write(text + "\n")
+    self.log.flush()
+
+  def execute(self, run):
+    """Runs one row x seed; returns its record.
+
+    A run stopped in flight (killed, machine stopped) continues from its
+    last checkpoint: `mtf_th train` resumes and skips the batches it has
+    seen, so the run follows the same curve as an uninterrupted one.  Wall
+    and CPU seconds add up over the pieces (RUN_TIME in the run directory).
+    """
+    if os.path.isdir(run.model_dir) and not glob.glob(
+        os.path.join(run.model_dir, "model.ckpt-*.index")):
+      shutil.rmtree(run.model_dir)  # nothing to resume from (e.g. only the
+      # small files a commit carried to another machine): start over
+    os.makedirs(run.model_dir, exist_ok=True)
+    log_path = os.path.join(run.model_dir, "sweep.log")
+    spent = read_run_time(run.model_dir)
+    start = time.time()
+    cpu_start = _children_cpu_seconds()
+    for argv in run.commands:
+      argv = self.launcher + argv[1:]
+      with open(log_path, "a") as log:
+        log.write("$ %s\n" % " ".join(shlex.quote(a) for a in argv))
+        log.flush()
+        began = time.time()
+        try:  # an interrupted piece's time counts too (Ctrl-C, SIGTERM)
+          code = subprocess.call(argv, stdout=log, stderr=subprocess.STDOUT)
+        finally:
+          write_run_time(run.model_dir, spent, time.time() - start,
+                         _children_cpu_seconds() - cpu_start)
+        log.write("# exit status %d after %.1f s\n" % (code,
+                                                      time.time() - began))
+      if code != 0:
+        with open(log_path) as log:
+          tail = "".join(log.readlines()[-15:])
+        raise RuntimeError(
+            "run %s seed %d failed (exit status %d) in `%s`; log %s ends:\n%s"
+            % (run.row.name, run.seed, code, " ".join(argv[:len(
+                self.launcher) + 1]), log_path, tail))
+    return self._record(run)
+
+  def _record(self, run):
+    """The results.csv line of a finished run, from the files it wrote."""
+    eval_steps = self.plan.eval_steps
+    wall, cpu = read_run_time(run.model_dir)
+    record = self.plan.row_record(run.row, run.seed)
+    evals = results.read_eval_results(run.model_dir)
+    for key, step in (("early_ln_ppl", eval_steps[0]),
+                      ("final_ln_ppl", eval_steps[-1])):
+      if step not in evals:
+        raise RuntimeError(
+            "run %s seed %d: %s has no ln_ppl at step %d (has %s)"
+            % (run.row.name, run.seed, os.path.join(
+                run.model_dir, lazy.progress.EVAL_RESULTS), step,
+               sorted(evals)))
+      record[key] = evals[step]
+    record["step_time_sec"] = comparison.median_step_time(run.model_dir)
+    record["wall_sec"] = round(wall, 1)
+    record["cpu_sec"] = round(cpu, 1)
+    return record
+
+  def run(self, train=True):
+    """Trains and evaluates every unfinished run; writes results and plots.
+
+    Args:
+      train: False: only rewrite the tables and plots from the recorded
+        runs (the output_dir must hold this sweep).
+    Returns:
+      the summary rows (report.summarize()) of all recorded runs.
+    """
+    plan = self.plan
+    if not train and not os.path.exists(os.path.join(plan.output_dir,
+                                                     plan_lib.MANIFEST)):
+      raise ValueError("output_dir=%r holds no sweep to report on"
+                       % plan.output_dir)
+    self.check_manifest()
+    runs = plan.runs()
+    done = results.read_results(plan.output_dir)
+    todo = [r for r in runs if (r.row.name, r.seed) not in done]
+    if not train:
+      todo = []
+    self.say("sweep %s (%s scale, %d rows x %d seeds, %d steps, ln(PPL) at "
+             "%s): %d runs, %d already recorded"
+             % (plan.table, plan.scale, len(plan.rows), plan.seeds,
+                plan.train_steps, ",".join(map(str, plan.eval_steps)),
+                len(runs), len(runs) - len(todo)))
+    walls = []
+    for i, run in enumerate(todo):
+      record = self.execute(run)
+      results.append_result(plan.output_dir, record)
+      walls.append(record["wall_sec"])
+      eta = (len(todo) - i - 1) * sum(walls) / len(walls)
+      self.say("[%d/%d] %s seed %d: ln(PPL) %.4f @%d, %.4f @%d; step %.4f "
+               "s; %.0f s (%.0f s CPU); ETA %s"
+               % (len(runs) - len(todo) + i + 1, len(runs), run.row.name,
+                  run.seed, record["early_ln_ppl"], plan.eval_steps[0],
+                  record["final_ln_ppl"], plan.eval_steps[-1],
+                  record["step_time_sec"], record["wall_sec"],
+                  record["cpu_sec"], lazy.progress.format_seconds(eta)))
+      self.reporter.write_table()
+    self.reporter.write_table()
+    self.reporter.write_plots()
+    self.say("wrote %s" % ", ".join(
+        os.path.join(plan.output_dir, f)
+        for f in (results.RESULTS_CSV, report.RESULTS_MD,
+                  comparison.COMPARISON_MD)
+        + report.PLOTS + (report.CURVES_PLOT,)))
+    return self.reporter.summary()
+
+
+def read_run_time(model_dir):
+  """(wall, cpu) seconds the sweep has spent on a run so far."""
+  path = os.path.join(model_dir, RUN_TIME)
+  if not os.path.exists(path):
+    return 0.0, 0.0
+  with open(path) as f:
+    data = json.load(f)
+  return float(data["wall_sec"]), float(data["cpu_sec"])
+
+
+def write_run_time(model_dir, spent, wall, cpu):
+  """Records spent + (wall, cpu) of this invocation (atomic rename)."""
+  path = os.path.join(model_dir, RUN_TIME)
+  with open(path + ".tmp", "w") as f:
+    json.dump({"wall_sec": spent[0] + wall, "cpu_sec": spent[1] + cpu}, f)
+  os.replace(path + ".tmp", path)
+
+
+def _children_cpu_seconds():
+  """User + system CPU seconds of this process's finished child processes."""
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return usage.ru_utime + usage.ru_stime
