@@ -676,6 +676,8 @@ def test_quick_start_trains_evaluates_and_decodes(quick_start):
   given = [t for t in block[2].argv if t.startswith("--input=")][0][8:]
   source, decoded = line.split("\t")
   assert source == given and decoded.strip(), line
+  for name, proc in procs.items():  # README: no TensorFlow start-up noise
+    assert "WARNING:tensorflow" not in proc.stderr, (name, proc.stderr)
 
 
 @pytest.mark.slow

@@ -63,10 +63,11 @@ def setup_logging(verbose):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   import mtf_talking_heads  # pylint: disable=g-import-not-at-top,unused-import
   import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
-  tf.disable_v2_behavior()
+  # verbosity first: disable_v2_behavior logs a deprecation WARNING
   tf.logging.set_verbosity(tf.logging.INFO if verbose else tf.logging.ERROR)
   from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
   absl_logging.set_verbosity("info" if verbose else "error")
+  tf.disable_v2_behavior()
 
 
 def announce(prog, args):
