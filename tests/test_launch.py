@@ -116,7 +116,7 @@ def test_the_tarball_holds_what_a_worker_needs_and_no_venv_or_caches(
   for needed in ("setup.py", "requirements.lock", "MANIFEST.in",
                  "mtf_talking_heads_startup.py",
                  "mtf_talking_heads/__init__.py",
-                 "mtf_talking_heads/training.py", "gin/mtf_th.gin",
+                 "mtf_talking_heads/training/__init__.py", "gin/mtf_th.gin",
                  "gin/" + EXPERIMENT):
     assert needed in names, needed
   top = {n.split("/")[0] for n in names}

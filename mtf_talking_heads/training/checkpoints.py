@@ -1,0 +1,289 @@
+"""Checkpoints: which to keep, which exist, and whether they fit the config.
+
+Owns the keeping policy during training (CheckpointKeeper: the steps an eval
+needs are never deleted; the saver hook and events writer that write the
+graph only when asked), latest_step / checkpoint_steps / checkpoint_paths
+(complete checkpoints only), the check that a checkpoint holds every
+configured variable in its shape (no session, nothing written), the
+checkpoint's dtype, and the operative_config.gin that eval / decode fall back
+to.
+"""
+import contextlib
+import os
+import re
+
+import gin
+import mesh_tensorflow as mtf
+from mesh_tensorflow.transformer import transformer
+from mesh_tensorflow.transformer import utils as mtf_utils
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+from mtf_talking_heads import progress
+from mtf_talking_heads.training import errors
+from mtf_talking_heads.training import settings as settings_lib
+
+
+# --------------------------------------------------------------------------
+# which to keep while training
+
+
+class CheckpointKeeper(tf.train.CheckpointSaverListener):
+  """Keeps the checkpoints an eval needs out of the Saver's deletion list.
+
+  TF's Saver lists (in <model_dir>/checkpoint) and keeps the last
+  utils.run.keep_checkpoint_max checkpoints and deletes older ones.  Before
+  each save this listener takes out of that list the protected steps: those
+  given (keep_checkpoint_steps), the step the run started from (0 for a
+  fresh run, else the previous run's last checkpoint) and every step in
+  eval_results.csv.  They stay on disk, complete but unlisted, and
+  checkpoint_steps() (used by eval and decode) still finds them.
+  """
+
+  def __init__(self, model_dir, steps):
+    self._model_dir = model_dir
+    self._steps = set(int(s) for s in steps)
+    self.saver = None
+
+  def protected(self):
+    evaluated = set(r["step"] for r in progress.read_eval_results(
+        self._model_dir))
+    return self._steps | evaluated
+
+  def before_save(self, session, global_step_value):
+    del session, global_step_value
+    if self.saver is None:
+      return
+    keep = self.protected()
+    self.saver.set_last_checkpoints_with_time([
+        (path, t) for path, t in self.saver._last_checkpoints  # pylint: disable=protected-access
+        if int(mtf_utils.get_step_from_checkpoint_path(path)) not in keep])
+
+
+def _saver_hook_class(keeper, write_graph):
+  """tf.train.CheckpointSaverHook, as built by mtf, with our policy."""
+  base = tf.train.CheckpointSaverHook
+
+  class CheckpointSaverHook(base):
+    """Adds `keeper`; writes graph.pbtxt, *.meta and the graph to the events
+    file only if write_graph (each is the size of the whole graph)."""
+
+    def __init__(self, checkpoint_dir, *args, **kwargs):
+      kwargs["listeners"] = list(kwargs.get("listeners") or ()) + [keeper]
+      kwargs["save_graph_def"] = write_graph
+      super().__init__(checkpoint_dir, *args, **kwargs)
+
+    def begin(self):
+      super().begin()
+      keeper.saver = self._get_saver()
+
+    def after_create_session(self, session, coord):
+      if write_graph:
+        return super().after_create_session(session, coord)
+      step = session.run(self._global_step_tensor)
+      self._save(session, step)
+      self._timer.update_last_triggered_step(step)
+
+  return CheckpointSaverHook
+
+
+@contextlib.contextmanager
+def checkpoint_policy(model_dir, keeper, write_graph):
+  """Our saver hook and events writer for the duration of estimator.train.
+
+  mtf builds its CheckpointSaverHook inside estimator.train, so the class is
+  swapped.  TF's hooks share one events writer per directory
+  (FileWriterCache), which writes the whole graph into the events file when
+  it is created; unless write_graph, it is created here without the graph.
+  The writer is closed at the end: one events file per run.
+  """
+  from tensorflow.python.summary.writer import writer_cache  # pylint: disable=g-import-not-at-top
+  saved = tf.train.CheckpointSaverHook
+  tf.train.CheckpointSaverHook = _saver_hook_class(keeper, write_graph)
+  if not write_graph:
+    cache = writer_cache.FileWriterCache
+    with cache._lock:  # pylint: disable=protected-access
+      if model_dir not in cache._cache:  # pylint: disable=protected-access
+        with tf.Graph().as_default():  # (FileWriter refuses eager mode)
+          cache._cache[model_dir] = tf.summary.FileWriter(model_dir)  # pylint: disable=protected-access
+  try:
+    yield
+  finally:
+    tf.train.CheckpointSaverHook = saved
+    writer_cache.FileWriterCache.clear()
+
+
+# --------------------------------------------------------------------------
+# which exist
+
+
+def latest_step(model_dir):
+  """Global step of the latest checkpoint in model_dir, or None."""
+  path = tf.train.latest_checkpoint(model_dir) if tf.io.gfile.exists(
+      model_dir) else None
+  return None if path is None else int(
+      mtf_utils.get_step_from_checkpoint_path(path))
+
+
+def checkpoint_steps(model_dir):
+  """Steps of the complete checkpoints in model_dir.
+
+  A checkpoint counts if it is listed in model_dir/checkpoint or its index
+  file exists, and its index and every data shard are present.
+  """
+  if not tf.io.gfile.exists(model_dir):
+    return []
+  prefixes = set(p[:-len(".index")] for p in tf.io.gfile.glob(
+      os.path.join(model_dir, "model.ckpt-*.index")))
+  state = tf.train.get_checkpoint_state(model_dir)
+  if state is not None:
+    for path in state.all_model_checkpoint_paths:
+      prefixes.add(path if os.path.isabs(path) else
+                   os.path.join(model_dir, path))
+  steps = []
+  for prefix in prefixes:
+    shards = tf.io.gfile.glob(prefix + ".data-*-of-*")
+    if (tf.io.gfile.exists(prefix + ".index") and shards and
+        len(shards) == int(shards[0].rsplit("-of-", 1)[1])):
+      steps.append(int(mtf_utils.get_step_from_checkpoint_path(prefix)))
+  return sorted(set(steps))
+
+
+def checkpoint_paths(model_dir, steps):
+  """Paths of the checkpoints for `steps` (None: latest; "all")."""
+  available = checkpoint_steps(model_dir)
+  if not available:
+    raise errors.ConfigError("no checkpoint in --model_dir %r: train first "
+                             "(mtf_th train --model_dir %s ...)" % (model_dir,
+                                                            model_dir))
+  if steps is None or steps == -1:
+    steps = [available[-1]]
+  elif steps == "all":
+    steps = available
+  elif isinstance(steps, int):
+    steps = [steps]
+  out = []
+  for step in steps:
+    if step not in available:
+      raise errors.ConfigError(
+          "no checkpoint for step %s in %s; available steps: %s"
+          % (step, model_dir, ", ".join(str(s) for s in available)))
+    out.append((step, os.path.join(model_dir, "model.ckpt-%d" % step)))
+  return out
+
+# --------------------------------------------------------------------------
+# do they fit the configuration
+
+
+def configured_variables(settings):
+  """{name: shape} of the configured model's variables, without a session.
+
+  Builds the model's mtf graph (no lowering, no gradients, no optimizer) in
+  a throw-away tf.Graph: a few seconds even for a base model, and nothing is
+  written anywhere.  Names are those of the checkpoint's variables.
+  """
+  vocab_size = settings_lib.vocab_size()
+  lengths = settings.sequence_length
+  with tf.Graph().as_default():
+    model = mtf_utils.build_model(
+        model_type=settings.model_type, input_vocab_size=vocab_size,
+        output_vocab_size=vocab_size, layout_rules=settings.layout,
+        mesh_shape=settings.mesh_shape or mtf.Shape([]))
+    graph = mtf.Graph()
+    mesh = mtf.Mesh(graph, "shapes")
+    batch = mtf.Dimension("batch", settings.batch_size)
+
+    def ids(key):
+      length = mtf.Dimension("length", lengths.get(key) or lengths["targets"])
+      return mtf.zeros(mesh, mtf.Shape([batch, length]), tf.int32)
+
+    targets = ids("targets")
+    if settings.model_type in ("lm", "delimited_lm"):
+      inputs = transformer.autoregressive_inputs(targets)
+    else:
+      inputs = ids("inputs")
+    model.call_simple(inputs=inputs, targets=targets, compute_loss=True,
+                      mode="train",
+                      variable_dtype=mtf_utils.get_variable_dtype())
+    return {v.name: v.shape.to_integer_list for v in graph.all_variables}
+
+
+def check_checkpoint_matches(checkpoint_paths, settings, flag="--model_dir",
+                             missing_ok=False):
+  """The checkpoints hold every configured variable in its shape.
+
+  Args:
+    checkpoint_paths: checkpoint prefixes (model_dir/model.ckpt-N).
+    settings: the configured run's Settings.
+    flag: the flag that named their directory, for the message.
+    missing_ok: only compare shapes (fine-tuning starts from a checkpoint
+      that may lack new variables).
+  Raises:
+    ConfigError: one line naming the first mismatching variable and both
+      shapes, before any graph or event is written.
+  """
+  configured = sorted(configured_variables(settings).items())
+  for path in checkpoint_paths:
+    stored = dict(tf.train.list_variables(path))
+    for name, shape in configured:
+      if name not in stored and missing_ok:
+        continue
+      if name in stored and list(stored[name]) == list(shape):
+        continue
+      model_dir = os.path.dirname(path)
+      found = ("has no variable %s (shape %s in this configuration)" % (
+          name, list(shape)) if name not in stored else
+               "has %s of shape %s but this configuration makes it %s" % (
+                   name, list(stored[name]), list(shape)))
+      raise errors.ConfigError(
+          "%s %s: checkpoint %s %s; the model was trained with other gin "
+          "files (see %s): use those, or another %s" % (
+              flag, model_dir, os.path.basename(path), found,
+              os.path.join(model_dir, "operative_config.gin"), flag))
+
+
+def match_checkpoint_dtype(checkpoint_path):
+  """Reads checkpoints in the dtype they were written in (bf16 or f32)."""
+  reader = tf.train.load_checkpoint(checkpoint_path)
+  dtypes = set(dtype for name, dtype in
+               reader.get_variable_to_dtype_map().items()
+               if "slot" not in name and not name.startswith("global_step"))
+  if len(dtypes) == 1:
+    with gin.unlock_config():
+      gin.bind_parameter("utils.get_variable_dtype.master_dtype",
+                         dtypes.pop().name)
+
+
+def operative_gin(model_dir, gin_files):
+  """Without gin files, eval/decode use the config the model was trained with."""
+  if gin_files:
+    return list(gin_files)
+  path = os.path.join(model_dir, "operative_config.gin")
+  if not os.path.exists(path):
+    raise errors.ConfigError(
+        "no --gin_file given and %s has no operative_config.gin: give the "
+        "gin files the model was trained with" % model_dir)
+  return [path]
+
+
+# --------------------------------------------------------------------------
+# what they hold (for tests)
+
+
+def trainable_variable_names(model_dir):
+  """Names of the variables in model_dir's latest checkpoint (for tests)."""
+  path = tf.train.latest_checkpoint(model_dir)
+  return sorted(name for name, _ in tf.train.list_variables(path))
+
+
+def parameter_count(model_dir, pattern=""):
+  """Number of parameters in the latest checkpoint whose names match."""
+  path = tf.train.latest_checkpoint(model_dir)
+  regex = re.compile(pattern)
+  total = 0
+  for name, shape in tf.train.list_variables(path):
+    if "/slot_" in name or name.startswith("global_step") or "adafactor" in \
+        name.lower() or not regex.search(name):
+      continue
+    total += int(np.prod(shape)) if shape else 1
+  return total

@@ -1,0 +1,115 @@
+"""Decoding: greedy outputs of an encoder-decoder checkpoint.
+
+Owns decode(): given strings, or held-out examples' inputs, the text a T5
+(bitransformer) checkpoint generates, decoded by the vocabulary.
+"""
+import functools
+
+from mesh_tensorflow.transformer import utils as mtf_utils
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+from mtf_talking_heads.training import checkpoints
+from mtf_talking_heads.training import checks
+from mtf_talking_heads.training import errors
+from mtf_talking_heads.training import estimator as estimator_lib
+from mtf_talking_heads.training import evaluation
+from mtf_talking_heads.training import settings as settings_lib
+
+
+def _decode_inputs(task_name, sequence_length, vocabulary, inputs, count,
+                   seed):
+  """Input id rows: encoded `inputs` strings, or held-out examples' inputs."""
+  length = sequence_length["inputs"]
+  rows = []
+  if inputs:
+    for text in inputs:
+      ids = list(vocabulary.encode(text))[:length - 1] + [1]
+      rows.append(ids + [0] * (length - len(ids)))
+  else:
+    with tf.Graph().as_default():
+      ds = evaluation.eval_dataset(task_name, sequence_length, "validation",
+                                   seed, count)
+      it = tf.data.make_one_shot_iterator(ds).get_next()
+      with tf.Session() as sess:
+        try:
+          while len(rows) < count:
+            rows.append(list(sess.run(it)["inputs"]))
+        except tf.errors.OutOfRangeError:
+          pass
+  return np.array(rows, dtype=np.int32)
+
+
+def _decode_with_estimator(estimator, vocabulary, sequence_length, batch_size,
+                           train_dataset_fn, train_steps, ensemble_inputs,
+                           results, checkpoint, options, **unused):
+  """utils.run hook: decodes a batch of inputs with one checkpoint."""
+  del train_dataset_fn, train_steps, ensemble_inputs, unused
+  estimator_lib.configure_estimator(estimator, options["seed"])
+  vocab = mtf_utils.inputs_vocabulary(vocabulary)
+  ids = _decode_inputs(options["task"], sequence_length, vocab,
+                       options["inputs"], options["count"], options["seed"])
+  n = len(ids)
+  padded = np.zeros((-(-n // batch_size) * batch_size, ids.shape[1]),
+                    np.int32)
+  padded[:n] = ids
+
+  def input_fn(params):
+    del params
+    return tf.data.Dataset.from_tensor_slices({"inputs": padded}).batch(
+        batch_size, drop_remainder=True)
+
+  step, path = checkpoint
+  with errors.op_errors_stop("decoding with checkpoint %d of %s"
+                       % (step, estimator.model_dir)):
+    outputs = list(mtf_utils.decode(estimator, input_fn, vocabulary, path))
+  for row, out in zip(ids, outputs[:n]):
+    text = [int(t) for t in row if t > 1]
+    results.append({
+        "step": step,
+        "input": vocab.decode(text),
+        "output": out.decode("utf-8") if isinstance(out, bytes) else out})
+
+
+def decode(model_dir, gin_files=(), gin_params=(), inputs=None,
+           checkpoint_step=None, num_examples=8, tpu=None, tpu_zone=None,
+           gcp_project=None):
+  """Greedy decoding with an encoder-decoder checkpoint.
+
+  Args:
+    model_dir: the trained model.
+    gin_files: its gin files (default: model_dir/operative_config.gin).
+    gin_params: extra bindings (e.g. Bitransformer.decode.temperature).
+    inputs: strings to decode; None: `num_examples` held-out inputs.
+    checkpoint_step: a step (default: latest).
+    num_examples: how many held-out inputs when `inputs` is None.
+    tpu, tpu_zone, gcp_project: a Cloud TPU; None = CPU.
+  Returns:
+    [dict(step, input, output)] with text decoded by the vocabulary.
+  Raises:
+    ConfigError: bad configuration, missing checkpoint, not a T5 model.
+    TrainingError: an op failed (one line: the op, the cause, the fix).
+  """
+  estimator_lib.check_model_dir(model_dir)
+  checkpoint = checkpoints.checkpoint_paths(model_dir, checkpoint_step)[0]
+  settings_lib.parse_gin(checkpoints.operative_gin(model_dir, gin_files),
+                         gin_params)
+  checkpoints.match_checkpoint_dtype(checkpoint[1])
+  settings, _ = checks.preflight(tpu)
+  if settings.model_type != "bitransformer":
+    raise errors.ConfigError(
+        "decode needs an encoder-decoder (T5, model_type bitransformer) "
+        "model; this one is %r: score it with mtf_th eval" %
+        settings.model_type)
+  checkpoints.check_checkpoint_matches([checkpoint[1]], settings)
+  if inputs is not None and not all(isinstance(s, str) and s.strip()
+                                    for s in inputs):
+    raise errors.ConfigError("--inputs: every input must be a non-empty string")
+  results = []
+  options = {"task": settings.mixture, "inputs": inputs,
+             "count": int(num_examples), "seed": 4321}
+  fn = functools.partial(_decode_with_estimator, results=results,
+                         checkpoint=checkpoint, options=options)
+  with errors.op_errors_stop("decoding with %s" % model_dir):
+    estimator_lib.run(model_dir, tpu, tpu_zone, gcp_project, fn, settings)
+  return results

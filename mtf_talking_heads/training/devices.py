@@ -1,0 +1,67 @@
+"""Devices for the mesh: logical CPU devices on CPU, the slice on a TPU.
+
+Owns mtf_th.mesh_devices (bound by gin/mtf_th.gin as utils.run.mesh_devices,
+so the stock t5_mesh_transformer uses it too) and the number of logical CPU
+devices a process may have.
+"""
+import gin
+import mesh_tensorflow as mtf
+
+from mtf_talking_heads import compat
+from mtf_talking_heads import models
+from mtf_talking_heads.training import errors
+
+DEFAULT_MAX_CPU_DEVICES = 64
+
+
+def available_cpu_devices(max_cpu_devices=None):
+  """Logical CPU devices this process has or may still create."""
+  if compat._LOGICAL_CPUS:  # pylint: disable=protected-access
+    return len(compat._LOGICAL_CPUS)  # pylint: disable=protected-access
+  if max_cpu_devices is None:
+    max_cpu_devices = models.query("mtf_th.mesh_devices.max_cpu_devices",
+                                   DEFAULT_MAX_CPU_DEVICES)
+  return max_cpu_devices
+
+
+def _tpu_flag():
+  """--tpu of the stock t5_mesh_transformer, if that script is running."""
+  try:
+    from absl import flags  # pylint: disable=g-import-not-at-top
+    return flags.FLAGS["tpu"].value if "tpu" in flags.FLAGS else None
+  except Exception:  # pylint: disable=broad-except
+    return None
+
+
+@gin.configurable(module="mtf_th")
+def mesh_devices(mesh_shape=None, max_cpu_devices=DEFAULT_MAX_CPU_DEVICES):
+  """Device names for mtf's PlacementMeshImpl: one logical CPU per mesh slot.
+
+  Bound by gin/mtf_th.gin as utils.run.mesh_devices, so the stock
+  t5_mesh_transformer also places the mesh on logical CPU devices.  On a TPU
+  (--tpu) returns None and SimdMeshImpl places the mesh on the slice.
+
+  Args:
+    mesh_shape: mesh shape; default: gin's utils.run.mesh_shape.
+    max_cpu_devices: refuse meshes needing more logical CPU devices.
+  Returns:
+    a list of device strings, or None on TPU.
+  Raises:
+    ConfigError: if the mesh needs more devices than may exist.
+  """
+  if _tpu_flag():
+    return None
+  shape = mtf.convert_to_shape(
+      mesh_shape if mesh_shape is not None else models.query(
+          "utils.run.mesh_shape"))
+  size = max(shape.size, 1)
+  limit = available_cpu_devices(max_cpu_devices)
+  if size > limit:
+    raise errors.ConfigError(
+        "mesh_shape %s needs %d devices but only %d logical CPU devices are "
+        "available in this process: choose a smaller mesh" % (shape, size,
+                                                             limit))
+  try:
+    return compat.split_cpu(size)
+  except ValueError as e:
+    raise errors.ConfigError(str(e))

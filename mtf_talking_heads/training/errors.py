@@ -1,0 +1,80 @@
+"""The errors of train, eval, decode and fine-tune, and op-failure messages.
+
+Owns ConfigError (a configuration problem, found before any graph is built),
+TrainingError (an op failed while the graph ran), Interrupted (Ctrl-C), and
+the one-line message that names a failing op, its cause and the fix.
+"""
+import contextlib
+import re
+
+import tensorflow.compat.v1 as tf
+
+
+class ConfigError(ValueError):
+  """A configuration problem found before any graph is built."""
+
+
+class TrainingError(RuntimeError):
+  """An op failed while the graph ran (train, eval or decode).
+
+  Not a configuration problem (ConfigError).  Raised after the first
+  failure: nothing is retried, because only a lost remote TPU worker is a
+  real preemption.  The message names the failing op, the cause and what to
+  change; the model directory keeps its last checkpoint.
+  """
+
+
+class Interrupted(KeyboardInterrupt):
+  """Ctrl-C during a run.
+
+  Attributes:
+    model_dir: the model directory.
+    checkpoint_step: the step of its last complete checkpoint (None: none).
+  """
+
+  def __init__(self, model_dir, checkpoint_step):
+    super().__init__(model_dir, checkpoint_step)
+    self.model_dir = model_dir
+    self.checkpoint_step = checkpoint_step
+
+
+_FIXES = (
+    ("Input dims must be <= 5",
+     "a oneDNN kernel takes at most 5 dims: run with TF_ENABLE_ONEDNN_OPTS=0 "
+     "in the environment, or choose a sharding strategy whose attention "
+     "tensors have at most 5 dims"),
+    ("OOM", "out of memory: lower batch_size, the sequence lengths or the "
+            "model size, or use a larger mesh"),
+)
+
+
+def op_failure(e):
+  """What failed: "op 'NAME' failed (ErrorClass: cause)", and the fix."""
+  text = str(getattr(e, "message", "") or e)
+  match = re.search(r"\{\{node ([^}]+)\}\}", text)
+  op = (e.op.name if getattr(e, "op", None) is not None else
+        match.group(1) if match else "unknown op")
+  cause = next((l.strip() for l in text.splitlines()
+                if l.strip() and not l.strip().startswith(
+                    ("Graph execution error", "Detected at node", "[[",
+                     "File ", "Node:"))), text.strip() or type(e).__name__)
+  fix = next((f for key, f in _FIXES if key in text),
+             "rerun with --verbose for TensorFlow's log of the op")
+  return ("op %r failed (%s: %s)" % (op, type(e).__name__, cause[:300]),
+          fix[0].upper() + fix[1:])
+
+
+@contextlib.contextmanager
+def op_errors_stop(doing):
+  """An op failing in eval or decode: one TrainingError line, no traceback.
+
+  Args:
+    doing: what was running, e.g. "evaluating checkpoint 8 of runs/x".
+  Raises:
+    TrainingError: naming the op, the cause and what to change.
+  """
+  try:
+    yield
+  except tf.errors.OpError as e:
+    failure, fix = op_failure(e)
+    raise TrainingError("%s while %s. %s." % (failure, doing, fix)) from None

@@ -1,0 +1,144 @@
+"""Evaluation: held-out ln(PPL) of checkpoints.
+
+Owns mtf_th.evaluate_checkpoints (the gin-configurable eval settings), the
+finite, deterministic held-out dataset (also decoding's source of inputs)
+and evaluate(): the mean token cross-entropy in nats over the split's
+target tokens, per checkpoint, appended to eval_results.csv.
+"""
+import functools
+import sys
+
+import gin
+from mesh_tensorflow.transformer import dataset as transformer_dataset
+from mesh_tensorflow.transformer import utils as mtf_utils
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+from mtf_talking_heads import progress
+from mtf_talking_heads.training import checkpoints
+from mtf_talking_heads.training import checks
+from mtf_talking_heads.training import errors
+from mtf_talking_heads.training import estimator as estimator_lib
+from mtf_talking_heads.training import settings as settings_lib
+
+
+@gin.configurable(module="mtf_th")
+def evaluate_checkpoints(mixture_or_task_name=None, split="validation",
+                         max_eval_examples=None, seed=4321):
+  """Gin-configurable evaluation settings (bound in gin/objectives/*.gin).
+
+  Args:
+    mixture_or_task_name: the task whose held-out split is scored.
+    split: the split ("validation").
+    max_eval_examples: score at most this many examples (None: all).
+    seed: seed of the corruption noise of the held-out examples, so every
+      checkpoint is scored on identical inputs.
+  Returns:
+    dict of the settings.
+  """
+  return {"mixture_or_task_name": mixture_or_task_name, "split": split,
+          "max_eval_examples": max_eval_examples, "seed": seed}
+
+
+def eval_dataset(task_name, sequence_length, split, seed, max_examples):
+  """A finite, deterministic dataset of held-out examples (unbatched)."""
+  import seqio  # pylint: disable=g-import-not-at-top
+  task = seqio.get_mixture_or_task(task_name)
+  if split not in task.splits:
+    raise errors.ConfigError("task %s has no %r split (it has %s)"
+                             % (task_name, split, ", ".join(task.splits)))
+  ds = task.get_dataset(sequence_length, split=split, use_cached=False,
+                        shuffle=False, num_epochs=1, seed=seed)
+  feature_keys = tuple(k for k in task.output_features
+                       if k in tf.data.get_output_shapes(ds))
+  eos_keys = set(k for k, f in task.output_features.items() if f.add_eos)
+  ds = ds.map(lambda ex: {k: ex[k] for k in feature_keys})
+  ds = transformer_dataset.pack_or_pad(ds, sequence_length, pack=True,
+                                       feature_keys=feature_keys,
+                                       ensure_eos=eos_keys)
+  ds = ds.map(mtf_utils._filter_features)  # pylint: disable=protected-access
+  if max_examples:
+    ds = ds.take(max_examples)
+  return ds
+
+
+def _count(dataset_fn):
+  with tf.Graph().as_default():
+    ds = dataset_fn()
+    n = ds.reduce(np.int64(0), lambda c, _: c + 1)
+    with tf.Session() as sess:
+      return int(sess.run(n))
+
+
+def _eval_with_estimator(estimator, vocabulary, sequence_length, batch_size,
+                         train_dataset_fn, train_steps, ensemble_inputs,
+                         results, paths, options, **unused):
+  """utils.run hook: scores each checkpoint's held-out ln(PPL)."""
+  del vocabulary, train_dataset_fn, train_steps, ensemble_inputs, unused
+  estimator_lib.configure_estimator(estimator, options["seed"])
+  dataset_fn = functools.partial(
+      eval_dataset, options["mixture_or_task_name"], sequence_length,
+      options["split"], options["seed"], options["max_eval_examples"])
+  n = _count(dataset_fn)
+  if n == 0:
+    raise errors.ConfigError(
+        "the %r split of %s is empty: nothing to evaluate"
+        % (options["split"], options["mixture_or_task_name"]))
+  steps = -(-n // batch_size)
+
+  def input_fn(params):
+    del params
+    ds = transformer_dataset.pad_dataset_with_zeroed_out_examples(dataset_fn())
+    return ds.batch(batch_size, drop_remainder=True)
+
+  for step, path in paths:
+    print("[eval] checkpoint %d: %d examples in %d batches of %d (%s split)"
+          % (step, n, steps, batch_size, options["split"]), file=sys.stderr,
+          flush=True)
+    with errors.op_errors_stop("evaluating checkpoint %d of %s (%s split)"
+                         % (step, estimator.model_dir, options["split"])):
+      metrics = estimator.evaluate(input_fn=input_fn, steps=steps,
+                                   checkpoint_path=path,
+                                   name=options["split"])
+    result = {"step": step, "split": options["split"],
+              "ln_ppl": float(-metrics["neg_log_perplexity"]),
+              "tokens": int(metrics["num_eval_tokens"])}
+    print("[eval] checkpoint %d: ln(PPL) %.4f over %d tokens"
+          % (step, result["ln_ppl"], result["tokens"]), file=sys.stderr,
+          flush=True)
+    results.append(result)
+
+
+def evaluate(model_dir, gin_files=(), gin_params=(), checkpoint_steps=None,
+             tpu=None, tpu_zone=None, gcp_project=None):
+  """Held-out ln(PPL) of checkpoints; also written to eval_results.csv.
+
+  Args:
+    model_dir: the trained model.
+    gin_files: its gin files (default: model_dir/operative_config.gin).
+    gin_params: extra bindings (e.g. mtf_th.evaluate_checkpoints.split).
+    checkpoint_steps: None (latest), "all", an int or a list of ints.
+    tpu, tpu_zone, gcp_project: a Cloud TPU; None = CPU.
+  Returns:
+    [dict(step=int, split=str, ln_ppl=float, tokens=int)], one per checkpoint.
+  Raises:
+    ConfigError: bad configuration or missing checkpoints.
+    TrainingError: an op failed (one line: the op, the cause, the fix).
+  """
+  estimator_lib.check_model_dir(model_dir)
+  paths = checkpoints.checkpoint_paths(model_dir, checkpoint_steps)
+  settings_lib.parse_gin(checkpoints.operative_gin(model_dir, gin_files),
+                         gin_params)
+  checkpoints.match_checkpoint_dtype(paths[-1][1])
+  settings, _ = checks.preflight(tpu)
+  checkpoints.check_checkpoint_matches([path for _, path in paths], settings)
+  options = evaluate_checkpoints()
+  options["mixture_or_task_name"] = (options["mixture_or_task_name"] or
+                                     settings.mixture)
+  results = []
+  fn = functools.partial(_eval_with_estimator, results=results,
+                         paths=paths, options=options)
+  with errors.op_errors_stop("evaluating %s" % model_dir):
+    estimator_lib.run(model_dir, tpu, tpu_zone, gcp_project, fn, settings)
+  progress.write_eval_results(model_dir, results)
+  return results

@@ -1,0 +1,80 @@
+"""Fine-tuning: continue a pre-trained checkpoint in a new model directory.
+
+Owns finetune() (paper section 7.1: fine-tuning adds 131072 steps to the
+pre-trained model; gin/experiments/finetune.gin): it starts utils.run from
+the pre-trained checkpoint (init_checkpoint), never writes to the
+pre-training directory, and resumes like train().
+"""
+import os
+import sys
+
+import gin
+import tensorflow.compat.v1 as tf
+
+from mtf_talking_heads import models
+from mtf_talking_heads import progress
+from mtf_talking_heads.training import checkpoints
+from mtf_talking_heads.training import checks
+from mtf_talking_heads.training import errors
+from mtf_talking_heads.training import estimator as estimator_lib
+from mtf_talking_heads.training import loop
+from mtf_talking_heads.training import settings as settings_lib
+
+
+def finetune(model_dir, pretrained_model_dir, gin_files=(), gin_params=(),
+             finetune_steps=None, checkpoint_step=None, tpu=None,
+             tpu_zone=None, gcp_project=None):
+  """Fine-tunes a pre-trained checkpoint (paper section 7.1).
+
+  Starts from pretrained_model_dir's checkpoint at step P (latest, or
+  checkpoint_step) and trains to global step P + finetune_steps (default:
+  the `finetune_steps` macro, 131072 in gin/experiments/finetune.gin) in
+  model_dir; resumes like train().
+
+  Args:
+    model_dir: the fine-tuned model's directory (not the pre-trained one).
+    pretrained_model_dir: a directory with pre-training checkpoints.
+    gin_files: the pre-training model's gin files, then finetune.gin.
+    gin_params: extra bindings.
+    finetune_steps: steps to add (default: macro finetune_steps).
+    checkpoint_step: the pre-training step to start from (default: latest).
+    tpu, tpu_zone, gcp_project: a Cloud TPU; None = CPU.
+  Returns:
+    the rows of model_dir/train_log.csv.
+  """
+  estimator_lib.check_model_dir(model_dir)
+  if not pretrained_model_dir:
+    raise errors.ConfigError("--pretrained_model_dir is required")
+  if os.path.abspath(pretrained_model_dir) == os.path.abspath(model_dir):
+    raise errors.ConfigError(
+        "--model_dir must differ from --pretrained_model_dir "
+        "(fine-tuning never overwrites pre-training checkpoints)")
+  step, path = checkpoints.checkpoint_paths(pretrained_model_dir,
+                                            checkpoint_step)[0]
+  settings_lib.parse_gin(gin_files, gin_params)
+  if finetune_steps is None:
+    finetune_steps = models.query("finetune_steps")
+  if not isinstance(finetune_steps, int) or finetune_steps < 1:
+    raise errors.ConfigError(
+        "finetune_steps must be a positive integer, got %r "
+        "(include experiments/finetune.gin or pass "
+        "--finetune_steps)" % (finetune_steps,))
+  with gin.unlock_config():
+    gin.bind_parameter("utils.run.init_checkpoint", path)
+    gin.bind_parameter("utils.run.train_steps", step + finetune_steps)
+    gin.bind_parameter("utils.run.total_run_steps", step + finetune_steps)
+    gin.bind_parameter("utils.run.seen_data_init_step", step)
+  loop.require_train_fn()
+  settings, _ = checks.preflight(tpu)
+  checkpoints.check_checkpoint_matches([path], settings,
+                                       "--pretrained_model_dir",
+                                       missing_ok=True)
+  if checkpoints.latest_step(model_dir) is not None:
+    checkpoints.check_checkpoint_matches(
+        [tf.train.latest_checkpoint(model_dir)], settings)
+  tf.io.gfile.makedirs(model_dir)
+  print("[finetune] from %s (step %d) to step %d in %s"
+        % (path, step, step + finetune_steps, model_dir), file=sys.stderr,
+        flush=True)
+  estimator_lib.run(model_dir, tpu, tpu_zone, gcp_project, None, settings)
+  return progress.read_train_log(model_dir)
