@@ -80,6 +80,30 @@ def test_a_wheel_carries_the_gin_files(installed_wheel, tmp_path):
       site / "mtf_talking_heads" / "gin"), found.stderr[-2000:]
 
 
+def test_a_wheel_carries_every_module_and_subpackage(installed_wheel,
+                                                     tmp_path):
+  """Every .py file of mtf_talking_heads/ (sweep/, training/, ...) ships, and
+  the installed wheel imports sweep and training as packages."""
+  wheel, site = installed_wheel
+  with zipfile.ZipFile(wheel) as z:
+    shipped = {n for n in z.namelist() if n.endswith(".py")}
+  in_repo = {str(p.relative_to(REPO)) for p in
+             (REPO / "mtf_talking_heads").rglob("*.py")}
+  assert in_repo - shipped == set()
+  assert {"mtf_talking_heads/sweep/__init__.py",
+          "mtf_talking_heads/training/__init__.py"} <= shipped
+  found = subprocess.run(
+      [sys.executable, "-c",
+       "from mtf_talking_heads import sweep, training; "
+       "print(sweep.__file__); print(training.__file__)"],
+      cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=str(site)),
+      capture_output=True, text=True, timeout=300)
+  assert found.returncode == 0, found.stderr[-2000:]
+  assert found.stdout.splitlines()[-2:] == [
+      str(site / "mtf_talking_heads" / "sweep" / "__init__.py"),
+      str(site / "mtf_talking_heads" / "training" / "__init__.py")]
+
+
 PTH = "mtf_talking_heads_startup.pth"
 PTH_LINE = ("import mtf_talking_heads_startup; "
             "mtf_talking_heads_startup.install()\n")
