@@ -261,9 +261,15 @@ def measure(config, strategy_name, mesh_shape, layout=None, vocab=128,
       mesh_impl_cls=PointToPointMeshImpl if lower_only else None)
   summary = summarize_counters(run.lowering.counters, mesh_shape)
   max_slice, max_size = core_activation_slices(run.lowering, layer.dims)
+  name = strategy.name
+  if isinstance(strategy, sharding.Auto):
+    chosen, _, _ = strategy.choose(layer.dims, mesh, config.batch,
+                                   config.length, config.d_model,
+                                   config.dynamic)
+    name = "auto:" + chosen.name
   result = dict(
       variant=config.variant + "".join("+" + t for t in config.dynamic),
-      strategy=strategy.name, mesh_shape=mesh.mesh_shape_string,
+      strategy=name, mesh_shape=mesh.mesh_shape_string,
       layout=layout, allreduce=summary["allreduce"],
       alltoall=summary["alltoall"], allconcat=summary["allconcat"],
       einsum_replication=summary["einsum"] / max(summary["einsum_unique"], 1),
@@ -277,6 +283,50 @@ def measure(config, strategy_name, mesh_shape, layout=None, vocab=128,
   else:
     run.close()
   return result
+
+
+def predict(config, strategy_name, mesh_shape, layout=None):
+  """Predicted ring bytes per device of one attention layer (no graph).
+
+  sharding.predict_ring_elements x 4, with the layout measure() uses
+  (default_layout unless given, plus the strategy's rules).  It leaves out
+  what every strategy sends alike (tests/test_auto.py: measured minus
+  predicted is one constant per configuration).
+  """
+  strategy = sharding.make_strategy(strategy_name)
+  layer = make_layer(config, strategy)
+  if layout is None:
+    layout = default_layout(layer, mesh_shape, config.d_model)
+  layout = full_layout(layout, strategy)
+  return BYTES_PER_ELEMENT * sharding.predict_ring_elements(
+      strategy_name, layer.dims, mesh_shape, layout, config.batch,
+      config.length, config.d_model, config.dynamic)
+
+
+def explain_auto(config, mesh_shape, layout=None):
+  """Lines saying what sharding.Auto picks for `config` and why.
+
+  One line per candidate (predicted ring bytes per device, or the reason
+  it does not apply), then the choice.
+  """
+  auto = sharding.Auto()
+  layer = make_layer(config, auto)
+  if layout is None:
+    layout = default_layout(layer, mesh_shape, config.d_model)
+  mesh = sharding.MeshLayout(mesh_shape, full_layout(layout, auto))
+  chosen, predicted, table = auto.choose(layer.dims, mesh, config.batch,
+                                         config.length, config.d_model,
+                                         config.dynamic)
+  lines = []
+  for name, value in table.items():
+    if isinstance(value, str):
+      lines.append("auto: %s does not apply: %s" % (name,
+                                                    value.splitlines()[0]))
+    else:
+      lines.append("auto: %s predicts %d bytes/device" % (name, value))
+  lines.append("auto picks %s (%d bytes/device predicted, the fewest)"
+               % (chosen.name, predicted))
+  return lines
 
 
 def row_cells(result):

@@ -76,7 +76,10 @@ class AttentionLayer(transformer_layers.SelfAttention):
       relative_attention_type: None, "bias" or "bias_shared" (T5 bucketed
         relative position bias, added to L on the softmax heads).
       relative_attention_num_buckets: an integer.
-      strategy: a sharding strategy (see sharding.py); None = heads-parallel.
+      strategy: a sharding strategy (see sharding.py); None: sharding.Auto(),
+        the cheapest that applies to the model's mesh, layout, batch and
+        lengths (heads-parallel on one device, or without core_shard in the
+        layout).
     Raises:
       ValueError: naming the parameter, for any inconsistent setting.
     """
@@ -92,7 +95,7 @@ class AttentionLayer(transformer_layers.SelfAttention):
     self.dropout_rate = dropout_rate
     self.relative_attention_type = relative_attention_type
     self.relative_attention_num_buckets = relative_attention_num_buckets
-    self.strategy = strategy or sharding.HeadsParallel()
+    self.strategy = strategy or sharding.Auto()
     # attributes mtf's SelfAttention.compute_bias reads
     self.hyperprompt_length_encoder = None
     self.hyperprompt_length_decoder = None

@@ -44,6 +44,7 @@ so that mtf lowers it to the collective named above (no allconcat hides in a
 reshape), see ``_SplitCore``.
 """
 import functools
+import math
 
 import gin
 import mesh_tensorflow as mtf
@@ -519,8 +520,8 @@ class _SplitCore(Strategy):
         raise ValueError(
             "%s uses dim %r unsplit, but the layout maps it to mesh axis %r; "
             "drop that rule" % (cls, name, mesh.axis_of(name)))
-    for name in (self.split_name, MEMORY_LENGTH, dims.d_k.name,
-                 dims.d_v.name):
+    for name in self._split_names() + (MEMORY_LENGTH, dims.d_k.name,
+                                       dims.d_v.name):
       if mesh.axis_of(name) == axis:
         raise ValueError(
             "%s splits the core over mesh axis %r, which the layout also "
@@ -537,6 +538,16 @@ class _SplitCore(Strategy):
             "%s gathers the heads over mesh axis %r only, but dim %r is on "
             "mesh axis %r; map it to %r or leave it unsplit"
             % (cls, axis, d.name, other, axis))
+    self._check_sizes(mesh, batch, length)
+
+  def _split_names(self):
+    """The layer's dims the core is split over."""
+    return (self.split_name,)
+
+  def _check_sizes(self, mesh, batch, length):
+    """S divisible by the axis (within the other axes' split of S)."""
+    cls = type(self).__name__
+    axis = self.mesh_axis
     size = {BATCH: batch, LENGTH: length}[self.split_name]
     outer_axis = mesh.axis_of(self.split_name)
     parts = mesh.axis_size(axis) * (
@@ -713,6 +724,169 @@ class BatchSplit(_SplitCore):
     return "batch_split" if self.reduce_scatter else "batch_split_allgather"
 
 
+def _batch_query_factors(mesh, axis, batch):
+  """(p_b, p_q): the axis (size P) split gcd(batch per group, P) x the rest."""
+  p = mesh.axis_size(axis)
+  outer_axis = mesh.axis_of(BATCH)
+  per_group = batch // (mesh.axis_size(outer_axis) if outer_axis else 1)
+  p_b = math.gcd(per_group, p)
+  return p_b, p // p_b
+
+
+@gin.configurable(module="mtf_th")
+class BatchQuerySplit(_SplitCore):
+  """The core split over batch x query positions, for small batches.
+
+  The axis (size P) is split p_b = gcd(batch per group, P) ways over the
+  batch and p_q = P / p_b ways over the query positions; the projections
+  stay heads-parallel, as in BatchSplit.  Q, O (and R_X, masks) go
+  heads-split -> (batch, query)-split by all-to-all; K, V (and R_M) go to
+  the p_q shards of their batch slice, all heads: broadcast over the query
+  shards and one all-to-all, whose gradient is the reverse all-to-all and a
+  local sum (a reduce-scatter).  Per device, P the axis size:
+
+    4 (P-1)/P X + 2 (P-1)/P^2 (Q + O) + 2 (P-1)/(P p_b) (K + V) + P_l, P_w
+
+  i.e. 1 + 1/P + 1/p_b times multi-head at h d_k = d_model: BatchSplit
+  (p_b = P, 1 + 2/P) and QuerySplit (p_b = 1, 2 + 1/P) are its ends; batch 4
+  on model:8 gives 1.375.  Needs length % p_q == 0.  With dropout the noise
+  is drawn per shard (broadcast over the shard's query positions only).
+  """
+
+  split_name = BATCH
+
+  @property
+  def name(self):
+    return "batch_query_split"
+
+  def _split_names(self):
+    return (BATCH, LENGTH)
+
+  def _core_names(self, dims):
+    rename, _ = super()._core_names(dims)
+    helpers = [self.shard_dim + suffix for suffix in
+               ("_local", "_batch", "_query")] + [
+                   BATCH + "_per_shard", LENGTH + "_per_shard"]
+    return rename, helpers
+
+  def _check_sizes(self, mesh, batch, length):
+    _, p_q = _batch_query_factors(mesh, self.mesh_axis, batch)
+    if length % p_q:
+      raise ValueError(
+          "%s splits dim %r (size %d) %d ways (mesh axis %r, size %d, over "
+          "gcd(batch per group, %d) batch shards): %d is not a multiple of %d"
+          % (type(self).__name__, LENGTH, length, p_q, self.mesh_axis,
+             mesh.axis_size(self.mesh_axis), mesh.axis_size(self.mesh_axis),
+             length, p_q))
+
+  def core(self, context, dims, q, k, v, memory_length, p_l, p_w, dynamic_l,
+           dynamic_w, bias, dropout_fn):
+    """Returns O[..., n, h_v, d_v], laid out as the layer's heads dims say."""
+    length = [d for d in q.shape.dims if d.name == LENGTH]
+    if not length:  # incremental decoding: q has no length dim
+      return HeadsParallel().core(context, dims, q, k, v, memory_length, p_l,
+                                  p_w, dynamic_l, dynamic_w, bias, dropout_fn)
+    mesh = _model_layout(context)
+    if mesh is None:
+      raise ValueError(
+          "%s reads the layout from the model: build the Unitransformer / "
+          "Bitransformer with layout= and mesh_shape= (t5's "
+          "utils.build_model does)" % type(self).__name__)
+    batch, = [d for d in q.shape.dims if d.name == BATCH]
+    self._check(dims, mesh, batch.size, length[0].size)
+    with tf.variable_scope(CORE_SCOPE):
+      plan = _BatchQueryPlan(self, dims, batch, length[0], mesh)
+      o = ordered_core(
+          plan.to_core(q), plan.to_core(k), plan.to_core(v), memory_length,
+          plan.dims, plan.to_core(p_l), plan.to_core(p_w),
+          [plan.to_core(r) for r in dynamic_l],
+          [plan.to_core(r) for r in dynamic_w], plan.to_core(bias),
+          plan.dropout(dropout_fn))
+      return plan.from_core(o)
+
+
+class _BatchQueryPlan(object):
+  """The renames of one BatchQuerySplit.core call.
+
+  batch -> [outer, cb, batch_per_shard], length -> [cq, length_per_shard]
+  (local), a tensor lacking one of them is broadcast over its shard dim,
+  (cb, cq) are merged into core_shard_local (local) and that is renamed to
+  core_shard together with the heads (one all-to-all, or a free split).
+  """
+
+  def __init__(self, strategy, dims, batch, length, mesh):
+    self.strategy = strategy
+    self.batch, self.length = batch, length
+    axis = strategy.mesh_axis
+    p = mesh.axis_size(axis)
+    p_b, p_q = _batch_query_factors(mesh, axis, batch.size)
+    outer_axis = mesh.axis_of(BATCH)
+    outer_size = mesh.axis_size(outer_axis) if outer_axis else 1
+    rename, (local, cb, cq, bps, nq) = strategy._core_names(dims)  # pylint: disable=protected-access
+    self.rename = {d.name: mtf.Dimension(rename[d.name], d.size)
+                   for d in (dims.heads_k, dims.heads, dims.heads_v)}
+    self.restore = {c.name: mtf.Dimension(n, c.size)
+                    for n, c in self.rename.items()}
+    self.dims = dims.renamed(rename)
+    self.group = mtf.Dimension(strategy.shard_dim, p)
+    self.local = mtf.Dimension(local, p)
+    self.cb = mtf.Dimension(cb, p_b)
+    self.cq = mtf.Dimension(cq, p_q)
+    self.outer = ([mtf.Dimension(BATCH, outer_size)] if outer_size > 1
+                  else [])
+    self.bps = mtf.Dimension(bps, batch.size // (outer_size * p_b))
+    self.nq = mtf.Dimension(nq, length.size // p_q)
+    self.split_on_axis = set(mesh.names_on(axis))
+
+  def to_core(self, t):
+    """t (layer names) -> [outer, core_shard, rest...], heads whole."""
+    if t is None:
+      return None
+    dims = t.shape.dims
+    if self.batch not in dims and self.length not in dims:
+      renamed = [self.rename.get(d.name, d) for d in dims]
+      split_here = any(d.name in self.split_on_axis for d in dims)
+      if not (self.strategy.reduce_scatter and split_here):
+        return mtf.reshape(t, renamed)
+      copies = mtf.broadcast(t, [self.local] + dims)
+      return mtf.reshape(copies, [self.group] + renamed)
+    cut = []
+    for d in dims:
+      if d == self.batch:
+        cut.extend(self.outer + [self.cb, self.bps])
+      elif d == self.length:
+        cut.extend([self.cq, self.nq])
+      else:
+        cut.append(d)
+    t = mtf.reshape(t, cut)
+    rest = [d for d in cut if d not in self.outer + [self.cb, self.cq]]
+    t = mtf.broadcast(t, self.outer + [self.cb, self.cq] + rest)
+    t = mtf.reshape(t, self.outer + [self.local] + rest)
+    return mtf.reshape(t, self.outer + [self.group] +
+                       [self.rename.get(d.name, d) for d in rest])
+
+  def from_core(self, o):
+    """O [outer, core_shard, ...] -> the layer's batch, length and heads."""
+    rest = [d for d in o.shape.dims if d not in self.outer + [self.group]]
+    o = mtf.transpose(o, self.outer + [self.group] + rest)
+    restored = [self.restore.get(d.name, d) for d in rest]
+    o = mtf.reshape(o, self.outer + [self.local] + restored)
+    o = mtf.reshape(o, self.outer + [self.cb, self.cq] + restored)
+    others = [d for d in restored if d not in (self.bps, self.nq)]
+    o = mtf.transpose(o, self.outer + [self.cb, self.bps, self.cq, self.nq]
+                      + others)
+    return mtf.reshape(o, [self.batch, self.length] + others)
+
+  def dropout(self, dropout_fn):
+    """dropout_fn for U in the core layout, noise shared over own queries."""
+    if dropout_fn is None:
+      return None
+    def fn(u):
+      noise_shape = [d for d in u.shape.dims if d != self.nq]
+      return u * dropout_fn(mtf.ones(u.mesh, noise_shape, u.dtype))
+    return fn
+
+
 _CACHING_MODES = ("first_part", "incremental")  # decoding: K, V cached
 
 
@@ -812,6 +986,289 @@ class GatheredBatchSplit(BatchSplit):
                         memory_length, layer.enc_dec_bias(context))
 
 
+# ------------------------------------------------------------- prediction
+class _Sizes(object):
+  """Per-group tensor sizes of one attention layer (docs/sharding.md).
+
+  A group is the devices of one position on the mesh axes other than the
+  strategy's: X, Q, K, V, O and the n x m x heads tensors are divided by
+  the size of the axis the batch is split on (if any); weights are whole.
+  """
+
+  def __init__(self, dims, mesh, axis, batch, length, d_model,
+               dynamic=(), memory_length=None):
+    batch_axis = mesh.axis_of(BATCH)
+    self.groups = mesh.axis_size(batch_axis) if batch_axis else 1
+    b = batch // self.groups
+    n, m = length, memory_length or length
+    hk, h, hv = dims.heads_k.size, dims.heads.size, dims.heads_v.size
+    self.p = mesh.axis_size(axis)
+    self.x = b * n * d_model
+    self.q = b * n * hk * dims.d_k.size
+    self.k = b * m * hk * dims.d_k.size
+    self.v = b * m * hv * dims.d_v.size
+    self.o = b * n * hv * dims.d_v.size
+    self.a = {name: b * n * m * size for name, size in
+              ((dims.heads_k.name, hk), (dims.heads.name, h),
+               (dims.heads_v.name, hv))}
+    self.b = b
+    self.weights = {"p_q": d_model * hk * dims.d_k.size,
+                    "p_k": d_model * hk * dims.d_k.size,
+                    "p_v": d_model * hv * dims.d_v.size,
+                    "p_o": d_model * hv * dims.d_v.size}
+    self.p_l = hk * h if dims.project_logits else 0
+    self.p_w = h * hv if dims.project_weights else 0
+    self.r = {"x2l": b * n * hk * h, "m2l": b * m * hk * h,
+              "x2w": b * n * h * hv, "m2w": b * m * h * hv}
+    self.r_weights = {"x2l": d_model * hk * h, "m2l": d_model * hk * h,
+                      "x2w": d_model * h * hv, "m2w": d_model * h * hv}
+    self.dynamic = tuple(dynamic)
+
+
+def predict_ring_elements(strategy_name, dims, mesh_shape, layout, batch,
+                          length, d_model, dynamic=(), mesh_axis="model",
+                          memory_length=None):
+  """Elements one device sends for one attention layer, forward + backward.
+
+  Ring costs (all-reduce 2 (P-1)/P S, all-gather and reduce-scatter
+  (P-1)/P S, all-to-all (P-1)/P^2 S, for S elements within a group of P)
+  of the collectives over the strategy's mesh axis that the layer's
+  activations and weights need; the terms are docs/sharding.md's
+  ("The strategies, on paper"), written per tensor so that any heads
+  layout is priced.  What every strategy sends alike (the data-parallel
+  all-reduce of weight gradients over a batch axis, the rest of the model)
+  is left out, so predictions rank strategies; tests/test_auto.py checks
+  that they differ from mtf's counters by one constant per configuration.
+
+  Args:
+    strategy_name: a key of STRATEGIES.
+    dims: attention.AttentionDims of the layer.
+    mesh_shape, layout: as Strategy.check (the strategy's rules included).
+    batch, length: batch size and sequence length (n = m).
+    d_model: the model dimension.
+    dynamic: the layer's dynamic terms (subset of x2l, m2l, x2w, m2w).
+    mesh_axis: the strategy's mesh axis.
+    memory_length: m, if not the sequence length (attention over the
+      encoder output).
+  Returns:
+    float: elements per device (x 4 for float32 bytes).
+  """
+  return _predict(strategy_name, dims, MeshLayout(mesh_shape, layout), batch,
+                  length, d_model, dynamic, mesh_axis, memory_length)
+
+
+def _predict(strategy_name, dims, mesh, batch, length, d_model, dynamic,
+             mesh_axis, memory_length):
+  """predict_ring_elements on a MeshLayout."""
+  if strategy_name not in STRATEGIES:
+    raise ValueError("strategy: no formula for %r; choose from %s"
+                     % (strategy_name, ", ".join(STRATEGIES)))
+  if not mesh.has_axis(mesh_axis):
+    return 0.0
+  z = _Sizes(dims, mesh, mesh_axis, batch, length, d_model, dynamic,
+             memory_length)
+  p = z.p
+  f = (p - 1.0) / p
+
+  def on(d):
+    return mesh.axis_of(d.name) == mesh_axis
+
+  kq, kh, kv = on(dims.heads_k), on(dims.heads), on(dims.heads_v)
+  if strategy_name == "batch_split_gathered":
+    gathered = sum(z.weights.values()) + z.p_l + z.p_w + sum(
+        z.r_weights[t] for t in z.dynamic)
+    return 2 * f * z.x + 2 * f * gathered
+  # Y = O P_o all-reduced if h_v is split; dX of the Q, K (h_k split) and
+  # V (h_v split) paths: one all-reduce if all are split (they sum lazily),
+  # else one per split path
+  total = 2 * f * z.x if kv else 0.0
+  if kq and kv:
+    total += 2 * f * z.x
+  else:
+    total += 2 * f * z.x * (2 * kq + kv)
+  if strategy_name == "heads_parallel":
+    if dims.project_logits:
+      if kq and not kh:
+        total += 2 * f * z.a[dims.heads.name]      # L = J P_l
+      if kh and not kq:
+        total += 2 * f * z.a[dims.heads_k.name]    # dJ = dL P_l^T
+    if dims.project_weights:
+      if kh and not kv:
+        total += 2 * f * z.a[dims.heads_v.name]    # U = W P_w
+      if kv and not kh:
+        total += 2 * f * z.a[dims.heads.name]      # dW = dU P_w^T
+    return total
+  query = strategy_name.startswith("query_split")
+  scatter = strategy_name != "query_split_allgather"
+  p_q = 1  # copies of a tensor without the query length (batch_query_split)
+  if strategy_name == "batch_query_split":
+    p_q = _batch_query_factors(mesh, mesh_axis, batch)[1]
+
+  def with_split(size, split_here, copies=1):
+    # cut S (after `copies` broadcast copies): all-to-all each way if split
+    # on the axis, else a free split whose gradient is an all-gather
+    size *= copies
+    return 2 * f * size / p if split_here else f * size
+
+  def without_split(size, split_here, lead=1):
+    # needed whole on every shard: gathered (reduce-scatter form: each way
+    # (P-1)/P S; plain: all-gather, gradient all-reduced at lead x S);
+    # renamed for free if not split, its gradient all-reduced
+    if not split_here:
+      return 2 * f * size * lead
+    return 2 * f * size if scatter else f * size + 2 * f * size * lead
+
+  total += with_split(z.q, kq) + with_split(z.o, kv)
+  if query:
+    total += without_split(z.k, kq) + without_split(z.v, kv)
+  else:
+    total += with_split(z.k, kq, p_q) + with_split(z.v, kv, p_q)
+  lead = 1 if scatter else (z.b if query else z.b // p)
+  # P_l, P_w split on the axis are used whole inside the core, where the
+  # batch is also split over the other axes (size G): their gradients are
+  # summed over those at h^2 per device, not h^2 / P as heads-parallel does
+  g = (z.groups - 1.0) / z.groups
+  if dims.project_logits:
+    total += without_split(z.p_l, kq or kh, lead)
+    total += 2 * g * z.p_l * (1 - 1.0 / p) * (kq or kh)
+  if dims.project_weights:
+    total += without_split(z.p_w, kh or kv, lead)
+    total += 2 * g * z.p_w * (1 - 1.0 / p) * (kh or kv)
+  for term in z.dynamic:
+    split_here = on(dims.heads_k if term.endswith("l") else dims.heads_v) \
+        or on(dims.heads)
+    if term.startswith("x"):
+      total += with_split(z.r[term], split_here)
+    elif not query:
+      total += with_split(z.r[term], split_here, p_q)
+    else:
+      total += without_split(z.r[term], split_here)
+  return total
+
+
+_LOGGED = set()  # Auto's choices already logged (one line each)
+
+
+def describe_choice(layer_name, mesh, batch, length, name, predicted, table):
+  """The one line Auto logs: its pick, predicted bytes, the others'."""
+  return ("mtf_th.Auto: %s on %s, batch %d, length %d: %s, %d bytes/device "
+          "predicted (%s)" % (
+              layer_name, mesh.mesh_shape_string, batch, length, name,
+              predicted, ", ".join(
+                  "%s %s" % (n, "n/a" if isinstance(v, str) else int(v))
+                  for n, v in table.items() if n != name)))
+
+
+@gin.configurable(module="mtf_th")
+class Auto(Strategy):
+  """The cheapest strategy that applies, chosen when the layer is built.
+
+  Reads the mesh and layout the model was built for, the batch size and
+  the lengths, prices every candidate with predict_ring_elements (the
+  formulas that tests/test_auto.py checks against mtf's counters) and runs
+  the cheapest one that applies (ties: the earlier candidate), logging one
+  line with its predicted bytes per device and those of the others.  Its
+  layout rule (core_shard on the mesh axis) is the split strategies' one;
+  on a mesh without that axis, or a model built without a layout, it runs
+  heads_parallel.  The default strategy of every attention layer.
+
+  Args:
+    mesh_axis: the axis the split strategies use.
+    shard_dim: their shard dim (the layout must map it to mesh_axis).
+    candidates: names (keys of STRATEGIES) to choose from, in order of
+      preference on ties.
+  """
+
+  name = "auto"
+
+  def __init__(self, mesh_axis="model", shard_dim="core_shard",
+               candidates=("heads_parallel", "batch_split_gathered",
+                           "batch_split", "batch_query_split", "query_split",
+                           "query_split_allgather")):
+    for c in candidates:
+      if c not in STRATEGIES:
+        raise ValueError("candidates: unknown strategy %r; choose from %s"
+                         % (c, ", ".join(STRATEGIES)))
+    if not candidates:
+      raise ValueError("candidates must name at least one strategy")
+    self.mesh_axis = mesh_axis
+    self.shard_dim = shard_dim
+    self.candidates = tuple(candidates)
+
+  def layout_rules(self):
+    return [(self.shard_dim, self.mesh_axis)]
+
+  def _make(self, name):
+    strategy = STRATEGIES[name]()
+    if isinstance(strategy, _SplitCore):
+      strategy.mesh_axis = self.mesh_axis
+      strategy.shard_dim = self.shard_dim
+    return strategy
+
+  def choose(self, dims, mesh, batch, length, d_model, dynamic=(),
+             memory_length=None):
+    """(strategy, predicted bytes per device, {name: bytes or reason}).
+
+    Args:
+      dims: attention.AttentionDims.
+      mesh: a MeshLayout (mesh shape and layout, this strategy's rule in).
+      batch, length, d_model, dynamic, memory_length: as
+        predict_ring_elements.
+    Raises:
+      ValueError: if no candidate applies (the first one's reason).
+    """
+    table, first_error = {}, None
+    for name in self.candidates:
+      strategy = self._make(name)
+      try:
+        if isinstance(strategy, _SplitCore):
+          strategy._check(dims, mesh, batch, length)  # pylint: disable=protected-access
+        else:
+          check_layout(dims, mesh, batch, length)
+      except ValueError as e:
+        table[name] = str(e)
+        first_error = first_error or e
+        continue
+      table[name] = 4 * _predict(name, dims, mesh, batch, length, d_model,
+                                 dynamic, self.mesh_axis, memory_length)
+    priced = [n for n in self.candidates if not isinstance(table[n], str)]
+    if not priced:
+      raise first_error
+    best = min(priced, key=lambda n: (table[n], self.candidates.index(n)))
+    return self._make(best), table[best], table
+
+  def check(self, dims, mesh_shape, layout, batch, length):
+    """See Strategy.check: raises if no candidate applies."""
+    self.choose(dims, MeshLayout(mesh_shape, layout), batch, length, 1)
+
+  def _chosen(self, layer, context, x, memory_length):
+    mesh = _model_layout(context)
+    if mesh is None:
+      return HeadsParallel()
+    batch = _size_of(x, BATCH) or 1
+    length = context.length_dim.size
+    strategy, predicted, table = self.choose(
+        layer.dims, mesh, batch, length, context.model.model_dim.size,
+        layer.dynamic, memory_length)
+    line = describe_choice(type(layer).__name__, mesh, batch, length,
+                           strategy.name, predicted, table)
+    if line not in _LOGGED:
+      _LOGGED.add(line)
+      tf.logging.info(line)
+    return strategy
+
+  def self_attention(self, layer, context, x):
+    """The chosen strategy's self_attention."""
+    strategy = self._chosen(layer, context, x, None)
+    return strategy.self_attention(layer, context, x)
+
+  def enc_dec_attention(self, layer, context, x):
+    """The chosen strategy's enc_dec_attention."""
+    memory = context.encoder_output
+    strategy = self._chosen(layer, context, x, _size_of(memory, MEMORY_LENGTH))
+    return strategy.enc_dec_attention(layer, context, x)
+
+
 # Every named strategy (what `mtf_th comm --strategy all` measures).
 STRATEGIES = {
     "heads_parallel": HeadsParallel,
@@ -820,12 +1277,15 @@ STRATEGIES = {
     "query_split": QuerySplit,
     "batch_split": BatchSplit,
     "batch_split_gathered": GatheredBatchSplit,
+    "batch_query_split": BatchQuerySplit,
 }
 
 
 def make_strategy(name):
-  """The strategy registered as `name` (a key of STRATEGIES)."""
+  """The strategy registered as `name` (a key of STRATEGIES, or "auto")."""
+  if name == Auto.name:
+    return Auto()
   if name not in STRATEGIES:
-    raise ValueError("strategy: unknown %r; choose from %s"
+    raise ValueError("strategy: unknown %r; choose from %s, auto"
                      % (name, ", ".join(STRATEGIES)))
   return STRATEGIES[name]()

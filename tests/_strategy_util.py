@@ -63,7 +63,8 @@ class GreedyDecode(object):
     graph: the tf.Graph; lowering: the mtf.Lowering.
   """
 
-  def __init__(self, layers_, mesh_shape, layout, mesh_impl_cls=None):
+  def __init__(self, layers_, mesh_shape, layout, mesh_impl_cls=None,
+               batch=BATCH):
     harness.parse_mtf_defaults()
     self.graph = tf.Graph()
     with self.graph.as_default():
@@ -75,11 +76,11 @@ class GreedyDecode(object):
           input_vocab_size=VOCAB, output_vocab_size=VOCAB,
           autoregressive=True, max_length=LENGTH, layout=layout,
           mesh_shape=mesh_shape)
-      prefix = np.zeros((BATCH, LENGTH), np.int32)
-      prefix[:, :2] = np.random.RandomState(0).randint(1, VOCAB, (BATCH, 2))
+      prefix = np.zeros((batch, LENGTH), np.int32)
+      prefix[:, :2] = np.random.RandomState(0).randint(1, VOCAB, (batch, 2))
       ids = mtf.import_tf_tensor(
           mesh, tf.constant(prefix),
-          [mtf.Dimension("batch", BATCH), mtf.Dimension("length", LENGTH)])
+          [mtf.Dimension("batch", batch), mtf.Dimension("length", LENGTH)])
       decoded = model.sample_autoregressive(
           ids, temperature=0.0, stop_at_token=10 * VOCAB,
           variable_dtype=mtf.VariableDType(tf.float32, tf.float32,

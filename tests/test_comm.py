@@ -12,6 +12,7 @@ with N = P, per strategy (forward + backward; docs/sharding.md derives them):
   batch_split_gathered         allconcat 2 P |X| (Y; dX),
                                alltoall  2 P (|P_q| + |P_k| + |P_v| + |P_o|)
                                (+ 4 P h^2): weights gathered, reduce-scattered
+  batch_query_split            (batch 2: see its own test)
   batch_split                  alltoall  2 (|Q| + |K| + |V| + |O|)
                                (+ 4 P h^2 for P_l, P_w gathered in
                                 reduce-scatter form), allreduce 2 P |X|
@@ -96,6 +97,26 @@ def test_counts_match_hand_derived_formulas(measured, variant, strategy):
       got["einsum"] / got["einsum_unique"])
 
 
+def test_batch_query_split_counts_at_a_small_batch():
+  """Batch 2 on model:4: p_b = 2 batch shards x p_q = 2 query shards.
+
+  Q, O: all-to-all each way (counted at |Q|, |O|); K, V: broadcast over the
+  p_q query shards, then all-to-all each way (counted at p_q |K|, p_q |V|);
+  P_l, P_w gathered in reduce-scatter form; Y and dX all-reduced as in
+  multi-head.
+  """
+  b, p_q = 2, 2
+  x, q = b * N * D, b * N * H * DK
+  config = comm.make_config("talking_heads", H, DK, DK, D, N, b)
+  got = comm.measure(config, "batch_query_split", MESH)
+  assert got["allreduce"] == 2 * P * x
+  assert got["alltoall"] == 2 * (2 * q + 2 * p_q * q) + 4 * P * PROJ
+  assert got["allconcat"] == 0
+  assert got["max_slice_elements"] * P == b * N * N * H
+  assert got["ring_bytes_per_device"] == round(comm.predict(
+      config, "batch_query_split", MESH))
+
+
 def test_talking_heads_split_cores_beat_heads_parallel(measured):
   hp = measured("talking_heads", "heads_parallel")
   for strategy in ("batch_split", "query_split", "batch_split_gathered"):
@@ -164,7 +185,8 @@ def test_cli_all_skips_what_cannot_apply(capsys):
   rows = captured.out.splitlines()
   assert rows[0] == ",".join(comm.COLUMNS)
   assert [r.split(",")[1] for r in rows[1:]] == [
-      "heads_parallel", "query_split_allgather", "query_split"]
+      "heads_parallel", "query_split_allgather", "query_split",
+      "batch_query_split"]
   assert "batch_split does not apply" in captured.err
   assert "'batch'" in captured.err and "'model'" in captured.err
 

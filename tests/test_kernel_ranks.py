@@ -11,8 +11,9 @@ Here the graphs are only built and lowered (no session, so oneDNN need not
 be on): training (forward and backward, harness.Harness) and greedy decoding
 (mtf's first_part and incremental modes, _strategy_util.GreedyDecode) of
 multi-head and talking-heads layers under HeadsParallel, QuerySplit,
-BatchSplit and GatheredBatchSplit (training only: it decodes as BatchSplit)
-on batch:2;model:4 and model:8, and the static rank of every
+BatchSplit, GatheredBatchSplit (training only: it decodes as BatchSplit)
+and BatchQuerySplit (training, talking heads, batch:2;model:4) on
+batch:2;model:4 and model:8, and the static rank of every
 input of every rank-limited op is checked, in the while loop's body too.
 RANK_LIMITS lists the op types that failed under oneDNN on TF 2.15.1 when
 probed once with inputs of 6 to 8 dims; BatchMatMulV2, Einsum, Transpose,
@@ -35,6 +36,7 @@ STRATEGIES = {
     "query_split": sharding.QuerySplit,
     "batch_split": sharding.BatchSplit,
     "batch_split_gathered": sharding.GatheredBatchSplit,
+    "batch_query_split": sharding.BatchQuerySplit,
 }
 MESHES = {"batch2xmodel4": "batch:2;model:4", "model8": "model:8"}
 
@@ -83,6 +85,9 @@ def _cases():
         for graph in GRAPHS:
           if strategy == "batch_split_gathered" and graph == "decode":
             continue  # decodes as batch_split (its caches are heads-split)
+          if strategy == "batch_query_split" and (
+              model, mesh, graph) != ("th", "batch2xmodel4", "train"):
+            continue  # one path: the core's dims are batch_split's
           fast = strategy != "heads_parallel" and mesh == "batch2xmodel4"
           cases.append(pytest.param(
               model, strategy, mesh, graph,

@@ -58,6 +58,7 @@ FAST = {
 ONCE_PER_MESH = {
     "batch_split_gathered": {"model2": "th", "model4": "logits",
                              "model8": "dynamic", "batch2xmodel4": "mha"},
+    "batch_query_split": {},  # see BATCH_QUERY
 }
 
 
@@ -100,29 +101,56 @@ def _relative_error(got, want):
 def references():
   cache = {}
 
-  def get(model):
-    if model not in cache:
+  def get(model, batch=BATCH):
+    if (model, batch) not in cache:
       run = harness.Harness(
           [su.make_layer(model, sharding.HeadsParallel(ordered=False))],
-          d_model=D_MODEL, vocab=VOCAB, batch=BATCH, length=LENGTH,
+          d_model=D_MODEL, vocab=VOCAB, batch=batch, length=LENGTH,
           optimizer_step=True)
       initial = run.variable_values()
-      cache[model] = (initial, _run(run))
+      cache[model, batch] = (initial, _run(run))
       run.close()
-    return cache[model]
+    return cache[model, batch]
   return get
 
 
 @pytest.mark.parametrize("model, strategy_name, mesh", _cases())
 def test_sharded_equals_unsharded(references, model, strategy_name, mesh):
+  _check_sharded(references, model, strategy_name, mesh, BATCH)
+
+
+# BatchQuerySplit with a batch per group below the axis: (model, mesh,
+# batch) -> (p_b, p_q); each path once per mesh (at batch 8 it is BatchSplit)
+BATCH_QUERY = {
+    ("logits", "model2", 1): (1, 2),
+    ("th", "model4", 2): (2, 2),
+    ("dynamic", "model8", 4): (4, 2),
+    ("mha", "batch2xmodel4", 4): (2, 2),
+}
+
+
+@pytest.mark.parametrize(
+    "model, mesh, batch", sorted(BATCH_QUERY),
+    ids=["%s-batch_query_split-%s-b%d" % k for k in sorted(BATCH_QUERY)])
+def test_sharded_equals_unsharded_batch_query_split(references, model, mesh,
+                                                   batch):
+  mesh_shape = MESHES[mesh]
+  assert sharding._batch_query_factors(  # pylint: disable=protected-access
+      sharding.MeshLayout(mesh_shape, "batch:batch"), "model",
+      batch) == BATCH_QUERY[model, mesh, batch]
+  _check_sharded(references, model, "batch_query_split", mesh, batch)
+
+
+def _check_sharded(references, model, strategy_name, mesh, batch):
+  """Loss, logits, gradients and one SGD step equal the unsharded model's."""
   mesh_shape = MESHES[mesh]
   strategy = sharding.make_strategy(strategy_name)
   layer = su.make_layer(model, strategy)
   layout = su.layout_for(layer, mesh_shape, strategy)
-  strategy.check(layer.dims, mesh_shape, layout, BATCH, LENGTH)
-  initial, want = references(model)
+  strategy.check(layer.dims, mesh_shape, layout, batch, LENGTH)
+  initial, want = references(model, batch)
 
-  run = harness.Harness([layer], d_model=D_MODEL, vocab=VOCAB, batch=BATCH,
+  run = harness.Harness([layer], d_model=D_MODEL, vocab=VOCAB, batch=batch,
                         length=LENGTH, mesh_shape=mesh_shape, layout=layout,
                         optimizer_step=True,
                         mesh_impl_cls=su.impl_cls(mesh_shape))
@@ -320,4 +348,22 @@ def test_greedy_decoding_under_split_strategies_equals_unsharded(
                    sharding.GatheredBatchSplit()):
     got, _ = _greedy_decode(strategy, mesh_shape, layout, values)
     np.testing.assert_array_equal(got, want)
+
+
+def test_greedy_decoding_under_batch_query_split_equals_unsharded():
+  """Batch 2 on batch:2 x model:4: first_part's core is split 1 x 4 over
+  (batch, query) per batch group, incremental steps run heads-parallel."""
+  stack = lambda s: [su.make_layer("th", s) for _ in range(2)]  # noqa: E731
+  decoded = []
+  for strategy, mesh_shape, layout in [
+      (sharding.HeadsParallel(ordered=False), "", ""),
+      (sharding.BatchQuerySplit(), "batch:2;model:4",
+       "batch:batch;" + TH_LAYOUT)]:
+    layers_ = stack(strategy)
+    for i, layer in enumerate(layers_):
+      layer.set_name("attention_%d" % i)
+    decode = su.GreedyDecode(layers_, mesh_shape, layout,
+                             su.impl_cls(mesh_shape), batch=2)
+    decoded.append(decode.run(decoded[0][1] if decoded else None))
+  np.testing.assert_array_equal(decoded[1][0], decoded[0][0])
 

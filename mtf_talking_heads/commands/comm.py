@@ -6,7 +6,9 @@
 
 One header line and one row per strategy (--strategy all, the default: every
 strategy in sharding.STRATEGIES that can apply; one that cannot is reported
-on stderr) with the columns variant,strategy,mesh_shape,layout,allreduce,
+on stderr; --strategy auto: the row of what mtf_th.Auto picks, its strategy
+column "auto:<name>", and on stderr the predicted bytes per device of every
+candidate, or why it does not apply) with the columns variant,strategy,mesh_shape,layout,allreduce,
 alltoall,allconcat,einsum_replication,max_slice_elements,
 ring_bytes_per_device.  allreduce/alltoall/allconcat are mtf's Lowering
 counters (elements, summed over devices); ring_bytes_per_device prices them
@@ -53,7 +55,10 @@ def _build_parser(strategies, variants):
   parser.add_argument("--mesh_shape", required=True,
                       help="e.g. model:8 or batch:2,model:4")
   parser.add_argument("--strategy", default="all",
-                      choices=("all",) + tuple(strategies))
+                      choices=("all",) + tuple(strategies) + ("auto",),
+                      help="one strategy, all of them, or auto: the one "
+                      "mtf_th.Auto picks (its choice and the predicted bytes "
+                      "of every candidate go to stderr)")
   parser.add_argument("--layout", metavar="RULES",
                       help="layout rules for the layer's dims, e.g. "
                       "heads_k:model;heads_v:model (default: heads-parallel)")
@@ -87,6 +92,9 @@ def main(argv=None):
     comm.check_config(config, args.mesh_shape, args.layout)
     compat.split_cpu(comm.num_devices([args.mesh_shape]))
     rows = []
+    if args.strategy == "auto":
+      for line in comm.explain_auto(config, args.mesh_shape, args.layout):
+        print("%s: %s" % (PROG, line), file=sys.stderr)
     for name in names:
       try:
         result = comm.measure(config, name, args.mesh_shape, args.layout,

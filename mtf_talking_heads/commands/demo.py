@@ -10,7 +10,9 @@ talking heads then costs 1.17x multi-head's multiplies per attention layer,
 the paper's proportion at its 24 heads):
 multi-head and talking-heads attention with the same number of heads and
 parameters, on one CPU device (a one-device mesh: no communication, the
-cheapest layout for either; multi-device sharding is in docs/sharding.md).
+cheapest layout for either; the layers' default sharding strategy,
+mtf_th.Auto(), picks heads_parallel there, and logs so; multi-device
+sharding is in docs/sharding.md).
 Each run is evaluated on the held-out split every --eval_every steps, so
 each gives a curve; the demo then prints held-out ln(PPL) (nats per byte)
 

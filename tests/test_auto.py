@@ -1,0 +1,124 @@
+"""sharding.Auto: it picks the strategy that mtf's counters say is cheapest.
+
+For each point of a grid of meshes x batches (tiny layers: talking heads
+h_k = h_v = 8, h = 4, multi-head 4 heads; d_k = 2, d_v = 3, d_model 8,
+length 8) every strategy that applies is lowered in `mtf_th comm`'s unit
+(comm.measure) and
+
+  1. Auto's pick has the fewest measured ring bytes per device;
+  2. measured minus predicted (sharding.predict_ring_elements, what Auto
+     ranks by) is one constant per grid point: the formulas price every
+     strategy's own traffic exactly, and leave out only what all of them
+     send alike (data-parallel gradients of the rest of the model);
+  3. a model built with Auto runs the strategy it logged (comm.measure with
+     "auto" lowers the real layer, whose counters equal the pick's).
+
+Plus: Auto is every attention layer's default strategy and gin-selectable,
+a mesh without its axis (or a layout without core_shard) leaves it
+heads-parallel, and `mtf_th comm --strategy auto` prints the choice and the
+predictions.
+"""
+import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
+import gin
+import pytest
+
+from mtf_talking_heads import comm
+from mtf_talking_heads import layers
+from mtf_talking_heads import sharding
+from mtf_talking_heads.commands import comm as comm_command
+
+DIMS = dict(d_k=2, d_v=3, d_model=8, length=8)
+HEADS = {"talking_heads": dict(heads_k=8, heads=4, heads_v=8),
+         "multi_head": dict(heads=4)}
+# (variant, mesh, batch) -> what Auto must pick (the measured cheapest)
+GRID = {
+    ("talking_heads", "model:2", 8): "batch_split_gathered",
+    ("talking_heads", "model:8", 2): "batch_query_split",
+    ("talking_heads", "batch:2;model:4", 8): "batch_split_gathered",
+    ("multi_head", "model:4", 2): "heads_parallel",
+    ("multi_head", "model:2", 8): "batch_split_gathered",
+}
+
+
+def _config(variant, batch):
+  return comm.make_config(variant, batch=batch, **dict(DIMS,
+                                                       **HEADS[variant]))
+
+
+@pytest.mark.parametrize("variant, mesh, batch", sorted(GRID),
+                         ids=["%s-%s-b%d" % k for k in sorted(GRID)])
+def test_auto_picks_the_measured_cheapest(variant, mesh, batch):
+  config = _config(variant, batch)
+  # the layer built with Auto runs its pick: its counters are the pick's
+  auto = comm.measure(config, "auto", mesh)
+  picked = auto["strategy"].split(":")[1]
+  assert picked == GRID[variant, mesh, batch]
+  measured = {picked: auto["ring_bytes_per_device"]}
+  for name in sharding.STRATEGIES:
+    if name == picked:
+      continue
+    try:
+      measured[name] = comm.measure(config, name,
+                                    mesh)["ring_bytes_per_device"]
+    except ValueError:
+      continue  # does not apply (Auto's table says why)
+  assert measured[picked] == min(measured.values()), measured
+  offsets = {measured[name] - round(comm.predict(config, name, mesh))
+             for name in measured}
+  assert len(offsets) == 1, (offsets, measured)
+
+
+def test_auto_is_the_default_and_gin_selectable():
+  assert isinstance(layers.TalkingHeadsAttention().strategy, sharding.Auto)
+  assert isinstance(layers.MultiHeadEncoderAttention().strategy,
+                    sharding.Auto)
+  with gin.unlock_config():
+    gin.parse_config(
+        "auto_test/mtf_th.TalkingHeadsAttention.strategy = @mtf_th.Auto()\n"
+        "auto_test/mtf_th.Auto.candidates = ['heads_parallel', "
+        "'query_split']\n")
+  with gin.config_scope("auto_test"):
+    layer = layers.TalkingHeadsAttention()
+  assert layer.strategy.candidates == ("heads_parallel", "query_split")
+  assert layer.strategy.layout_rules() == [("core_shard", "model")]
+
+
+def test_auto_without_its_axis_or_rule_stays_heads_parallel():
+  dims = layers.TalkingHeadsAttention(heads_k=4, heads=8, heads_v=4).dims
+  auto = sharding.Auto()
+  for mesh_shape, layout in [
+      ("batch:8", "batch:batch;core_shard:model"),
+      ("model:4", "heads_k:model;heads_v:model"),
+      # gin/mtf_th.gin's defaults (the demo's one-device mesh), with the rule
+      ("model:1", "batch:batch;d_ff:model;heads:model;vocab:model;"
+       "core_shard:model")]:
+    chosen, predicted, table = auto.choose(
+        dims, sharding.MeshLayout(mesh_shape, layout), 8, 8, 8)
+    assert chosen.name == "heads_parallel", table
+    if mesh_shape == "model:4":
+      assert "core_shard:model" in table["batch_split_gathered"]
+    else:
+      assert predicted == 0  # ties go to the first candidate
+
+
+def test_auto_refuses_bad_candidates():
+  with pytest.raises(ValueError, match="candidates.*'no_such'"):
+    sharding.Auto(candidates=("no_such",))
+  with pytest.raises(ValueError, match="candidates"):
+    sharding.Auto(candidates=())
+
+
+def test_cli_auto_prints_choice_and_predictions(capsys):
+  rc = comm_command.main(
+      ["--variant", "talking_heads", "--heads_k", "8", "--heads", "4",
+       "--heads_v", "8", "--d_k", "2", "--d_v", "3", "--d_model", "8",
+       "--length", "8", "--batch", "2", "--mesh_shape", "model:8",
+       "--strategy", "auto"])
+  captured = capsys.readouterr()
+  assert rc == 0
+  rows = captured.out.splitlines()
+  assert rows[1].split(",")[1] == "auto:batch_query_split"
+  err = captured.err
+  assert "batch_split_gathered does not apply" in err and "'batch'" in err
+  assert "query_split predicts" in err
+  assert "auto picks batch_query_split" in err
