@@ -32,6 +32,12 @@ import seqio
 
 from mtf_talking_heads.data import corpus
 
+if __name__ == "__main__":
+  # `python -m mtf_talking_heads.data.vocab`: importing the package already
+  # ran this module (and registered its gin configurables); run that copy.
+  from mtf_talking_heads.data import vocab as _imported  # pylint: disable=g-import-not-at-top
+  raise SystemExit(_imported.main())
+
 DEFAULT_VOCAB_SIZE = 8000
 EXTRA_IDS = 100
 TRAINER_VERSION = 1
@@ -222,6 +228,3 @@ def main(argv=None):
   print("%(path)s (%(vocab_size)d pieces, %(chunks)d chunks, %(seconds).1f s)" % info)
   return 0
 
-
-if __name__ == "__main__":
-  raise SystemExit(main())
