@@ -306,7 +306,7 @@ def test_strategies_are_selected_by_gin():
   assert isinstance(mha.strategy, sharding.BatchSplit)
   assert mha.strategy.layout_rules() == [("core_shard", "model")]
   assert isinstance(layers.TalkingHeadsAttention().strategy,
-                    sharding.HeadsParallel)  # outside the scope: default
+                    sharding.Auto)  # outside the scope: the default
 
 
 def _greedy_decode(strategy, mesh_shape, layout, values=None):
