@@ -134,7 +134,7 @@ def train(model_dir, gin_files=(), gin_params=(), train_steps=None, tpu=None,
     gin_files: gin files (e.g. an experiment file, then models/t5_tiny.gin).
     gin_params: extra bindings.
     train_steps: stop at this global step (default: utils.run.train_steps).
-    tpu, tpu_zone, gcp_project: a Cloud TPU (launch/tpu.sh); None = CPU.
+    tpu, tpu_zone, gcp_project: a Cloud TPU (launch/tpu.py); None = CPU.
   Returns:
     the rows of train_log.csv (dicts with step, loss, steps_per_sec,
     elapsed_sec).
