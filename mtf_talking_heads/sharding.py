@@ -314,8 +314,8 @@ def softmax_last(logits, memory_length):
 
   attention.compute_w (like mtf.softmax) is five mtf ops (max, subtract,
   exp, sum, divide), each a pass over the n x m x heads tensor, and as many
-  again in the backward pass; tf.nn.softmax makes two, and the gradient dL = W (dW - sum_m dW W) one
-  slicewise op.  memory_length may not be split across devices.  Both run
+  again in the backward pass; tf.nn.softmax makes two, and the gradient
+  dL = W (dW - sum_m dW W) one slicewise op.  memory_length may not be split across devices.  Both run
   on 2-D [-1, memory_length] views of the slices (on_rows), so no kernel
   sees more than the 5 dims oneDNN's Softmax accepts, whatever the
   strategy adds.
@@ -371,7 +371,7 @@ def ordered_core(q, k, v, memory_length, dims, p_l=None, p_w=None,
                  fused_softmax=True):
   """attention.attention_core with its n x m x heads tensors heads-major.
 
-  The same J, L, W, U, O (section 3 of the paper, appendix A for the dynamic
+  The same J, L, W, U, O (section 4 of the paper, appendix A for the dynamic
   terms), each one line, but J is built as [lead..., h_k, n..., m] (lead:
   the batch-like dims Q and K share, n...: the query dims), so that
   J = Q K^T, O = U V and the projections (project_heads) are batched
@@ -384,8 +384,9 @@ def ordered_core(q, k, v, memory_length, dims, p_l=None, p_w=None,
   Args:
     q, k, v, memory_length, dims, p_l, p_w, dynamic_l, dynamic_w, bias,
     dropout_fn: as attention.attention_core.
-    fused_softmax: W by softmax_last (needs memory_length unsplit), else by
-      attention.compute_w (mtf.softmax).
+    fused_softmax: W by softmax_last (tf.nn.softmax on 2-D row views; needs
+      memory_length unsplit), else by attention.compute_w (exp(L - max L) /
+      sum in mtf ops, which a split memory_length can reduce across).
   Returns:
     O[lead..., h_v, n..., d_v]
   """
