@@ -315,10 +315,10 @@ def softmax_last(logits, memory_length):
   attention.compute_w (like mtf.softmax) is five mtf ops (max, subtract,
   exp, sum, divide), each a pass over the n x m x heads tensor, and as many
   again in the backward pass; tf.nn.softmax makes two, and the gradient
-  dL = W (dW - sum_m dW W) one slicewise op.  memory_length may not be split across devices.  Both run
-  on 2-D [-1, memory_length] views of the slices (on_rows), so no kernel
-  sees more than the 5 dims oneDNN's Softmax accepts, whatever the
-  strategy adds.
+  dL = W (dW - sum_m dW W) one slicewise op.  memory_length may not be
+  split across devices.  Both run on 2-D [-1, memory_length] views of the
+  slices (on_rows), so no kernel sees more than the 5 dims oneDNN's Softmax
+  accepts, whatever the strategy adds.
   """
   if logits.shape.dims[-1] != memory_length:
     raise ValueError("softmax_last needs memory_length innermost, got %s"
