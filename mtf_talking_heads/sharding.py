@@ -1,11 +1,14 @@
 """Sharding strategies for the n x m x heads core of the attention layers.
 
-A strategy decides how the core (J, L, W, U, O; see attention.attention_core)
-is laid out across the mesh.  The layer computes Q, K, V (and the dynamic R
-tensors) with its own heads dims, hands them to ``strategy.core(...)`` and
-projects the returned O with P_o.  A strategy may rename dims of its inputs
-(each rename is an mtf reshape: free, an all-gather or an all-to-all,
-depending on the layout) as long as the result equals the unsharded one.
+A strategy owns an attention layer's data movement: the layer's call()
+hands it x (``strategy.self_attention`` / ``enc_dec_attention``), and it
+computes Q, K, V (and the dynamic R tensors), the core (J, L, W, U, O; see
+attention.attention_core) and Y with the layer's pieces.  The default
+(Strategy.self_attention) computes Q, K, V and Y as the layout lays them
+out and moves only the core (``strategy.core(...)``); GatheredBatchSplit
+moves the whole layer.  A strategy may rename dims (each rename is an mtf
+reshape: free, an all-gather or an all-to-all, depending on the layout) as
+long as the result equals the unsharded one.
 
 Select one per layer class with gin, and add the rules it names
 (``strategy.layout_rules()``) to the layout::
@@ -28,6 +31,15 @@ costs; P = size of the mesh axis, S = elements of one tensor):
                   back: 4 all-to-alls, (P-1)/P^2 b n h d_k per device each,
                   forward and backward.  Needs batch % P == 0 (per group of
                   the other mesh axes).
+  BatchQuerySplit the core split gcd(batch, P) ways over the batch and the
+                  rest over queries (batches below P); BatchSplit and
+                  QuerySplit are its two ends.
+  GatheredBatchSplit
+                  the whole layer split over the batch (X cut for free), the
+                  weights gathered and their gradients reduce-scattered, Y
+                  all-gathered: 0.875x multi-head at t5.1.th.base, any P.
+  Auto            the default: prices every strategy that applies with
+                  predict_ring_elements and runs the cheapest.
 
 All of them compute the core with ordered_core: the paper's J, L, W, U, O
 with the n x m x heads tensors heads-major, the projections as batched
