@@ -1,13 +1,22 @@
-"""Held-out ln(PPL) (mean token cross-entropy, nats) of checkpoints.
+"""Held-out ln(PPL) (mean token cross-entropy, nats) of checkpoints, or --metrics: downstream metrics.
 
   mtf_th eval --model_dir=runs/th24 [--checkpoint_steps=100,200|all]
       [--gin_file=... --gin_param=...]
+  mtf_th eval --metrics --model_dir=runs/th24_ft [--max_eval_examples=N]
+      [--task=th_finetune_embedded]
 
 Without --gin_file the model's operative_config.gin is used.  Prints one
 row per checkpoint and writes/updates <model_dir>/eval_results.csv
 (step,split,ln_ppl,tokens).  The split is gin
 mtf_th.evaluate_checkpoints.split (default "validation").  Configuration
 errors exit with status 2, a failing op with status 1, each with one line.
+
+--metrics (a fine-tuned encoder-decoder model): greedy-decodes the held-out
+inputs of every task of the model's MIXTURE_NAME (or --task) that has
+metric_fns, scores them with those (t5's accuracy, SQuAD exact match / F1,
+...), prints task,metric,value,step,examples and writes/updates
+<model_dir>/downstream_results.csv.  One checkpoint: the latest, or the
+single step of --checkpoint_steps.
 """
 import sys
 
@@ -42,6 +51,17 @@ def main(argv=None):
   parser.add_argument("--checkpoint_steps", default=None,
                       help="comma-separated steps, 'all' or 'latest' "
                            "(default)")
+  parser.add_argument("--metrics", action="store_true",
+                      help="downstream metrics of a fine-tuned model "
+                           "(decode + the tasks' metric_fns) instead of "
+                           "ln(PPL)")
+  parser.add_argument("--task", default=None, metavar="NAME",
+                      help="with --metrics: the task or mixture to score "
+                           "(default: the model's MIXTURE_NAME)")
+  parser.add_argument("--max_eval_examples", default=None,
+                      type=train_command.positive_int, metavar="N",
+                      help="with --metrics: at most N held-out examples per "
+                           "task (default: all)")
   argv = sys.argv[1:] if argv is None else argv
 
   def body(args, training):
@@ -49,6 +69,11 @@ def main(argv=None):
       steps = parse_steps(args.checkpoint_steps)
     except commands.UsageError as e:
       raise training.ConfigError(str(e))
+    if args.metrics:
+      return _metrics(args, training, steps)
+    if args.task or args.max_eval_examples:
+      raise training.ConfigError("--task and --max_eval_examples go with "
+                                 "--metrics")
     results = training.evaluate(args.model_dir, args.gin_file, args.gin_param,
                                 checkpoint_steps=steps, tpu=args.tpu,
                                 tpu_zone=args.tpu_zone,
@@ -60,6 +85,25 @@ def main(argv=None):
     return 0
 
   return train_command.run_command(PROG, parser, argv, body)
+
+
+def _metrics(args, training, steps):
+  """mtf_th eval --metrics: one checkpoint's downstream metrics."""
+  if steps == "all" or (isinstance(steps, list) and len(steps) != 1):
+    raise training.ConfigError(
+        "--metrics scores one checkpoint: give one step in "
+        "--checkpoint_steps (or none: the latest), got %r"
+        % args.checkpoint_steps)
+  results = training.score(
+      args.model_dir, args.gin_file, args.gin_param,
+      checkpoint_step=steps[0] if steps else None,
+      mixture_or_task_name=args.task, max_examples=args.max_eval_examples,
+      tpu=args.tpu, tpu_zone=args.tpu_zone, gcp_project=args.gcp_project)
+  print("task,metric,value,step,examples")
+  for r in results:
+    print("%s,%s,%.4f,%d,%d" % (r["task"], r["metric"], r["value"],
+                                r["step"], r["examples"]))
+  return 0
 
 
 if __name__ == "__main__":

@@ -12,6 +12,9 @@ Python API (the ``mtf_th`` commands call these):
       token cross-entropy in nats over the split's target tokens.
   decode(model_dir, gin_files, gin_params, inputs=None) -> [dict(input, output)]
   finetune(model_dir, pretrained_model_dir, gin_files, gin_params)
+  score(model_dir, gin_files, gin_params, max_examples=None)
+      -> [dict(task, metric, value, step, examples)]: a fine-tuned
+      checkpoint's downstream metrics (decoded, the tasks' metric_fns).
 
 How: mesh_tensorflow.transformer.utils.run builds the TPUEstimator exactly as
 ``t5_mesh_transformer`` would from the same gin (model, mesh, layout,
@@ -47,6 +50,8 @@ The package, one job per file:
   evaluation.py   mtf_th.evaluate_checkpoints and evaluate().
   decoding.py     decode().
   finetuning.py   finetune() (paper section 7.1).
+  metrics.py      score(): downstream metrics (seqio metric_fns) of a
+                  fine-tuned checkpoint, downstream_results.csv.
 gin/mtf_th.gin imports this package, which registers every mtf_th.*
 configurable above.
 """
@@ -72,6 +77,7 @@ from mtf_talking_heads.training.evaluation import evaluate_checkpoints
 from mtf_talking_heads.training.finetuning import finetune
 from mtf_talking_heads.training.hooks import OrderReadsBeforeWritesHook
 from mtf_talking_heads.training.loop import train
+from mtf_talking_heads.training.metrics import score
 from mtf_talking_heads.training.loop import train_model
 from mtf_talking_heads.training.settings import parse_gin
 from mtf_talking_heads.training.settings import resolve_gin_file
@@ -110,6 +116,7 @@ __all__ = [
     "parse_gin",
     "preflight",
     "resolve_gin_file",
+    "score",
     "Settings",
     "train",
     "train_model",
