@@ -2,7 +2,9 @@
 
 1. Every strategy of sharding.STRATEGIES, for multi-head, talking heads
    (h_k != h), logits-only and dynamic projections, on model:2, model:4,
-   model:8 and batch:2 x model:4, against one unsharded reference per model
+   model:8 and batch:2 x model:4 (batch_split_gathered: one model per mesh,
+   each model's path once; batch_query_split: one model per mesh at a
+   batch below the axis, BATCH_QUERY), against one unsharded reference per model
    built with HeadsParallel(ordered=False), i.e. attention.attention_core
    exactly as the paper lays it out: loss, logits, every gradient, and after
    one SGD step every weight, loss and logits.  A representative subset
@@ -17,9 +19,11 @@
 3. A strategy that cannot apply to a layout raises a ValueError naming the
    dim and the mesh axis: from check() (no graph) and, as a net, while the
    graph is built.
-4. gin selects strategies; greedy decoding (first_part + incremental) under
-   BatchSplit and QuerySplit on model:2 and batch:2 x model:4 equals the
-   unsharded model's.
+4. gin selects strategies (Auto is the default); greedy decoding
+   (first_part + incremental) under BatchSplit, QuerySplit and
+   GatheredBatchSplit on model:2 and batch:2 x model:4, and under
+   BatchQuerySplit at batch 2 on batch:2 x model:4, equals the unsharded
+   model's.
 """
 import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 import numpy as np
