@@ -13,11 +13,13 @@ Which text is a command
     command gets a check here.
   * Inline `code` spans that start with a program of PROGRAMS and have
     arguments.  They are prose shorthand (`mtf_th train --train_steps N`,
-    `mtf_th decode [--input T ...|--input_file F]`), so a span with a
-    placeholder is checked only for names (every --flag exists in the real
-    parser, a --paper_table is a table, a --gin_file exists); a span
-    without one is parsed like a fenced command but not run, except
-    `python -c` spans, which run.
+    `mtf_th decode [--input T ...|--input_file F]`, `mtf_th sweep`), so
+    they are checked for names only: the subcommand exists, every --flag is
+    an option of its real parser, a --paper_table is a table, a --gin_file
+    exists, a make target exists, a script exists.  `python -c` spans run.
+    Fenced templates (a `<placeholder>` or `...` left after the brackets
+    are dropped, e.g. docs/sweeps.md's `mtf_th train --model_dir
+    DIR/runs/<row>/seed_<n> ...`) are checked the same way.
 
 How a command is checked (test_doc_command: in this process, no training)
   * mtf_th: parsed as written by the subcommand's own argparse parser
@@ -46,7 +48,7 @@ SUBSTITUTIONS, in a fresh directory so that relative output paths such as
 runs/ and pictures/ land there): the quick start of docs/training.md
 (train -> eval --checkpoint_steps=all -> decode), `mtf_th visualize` on the
 model it trained, `mtf_th comm` (its table must equal the doc's), the
-vocabulary builder and the inline `python -c`.  Programs are taken from this
+vocabulary builder and every `python -c`.  Programs are taken from this
 interpreter's bin directory (`.venv/bin/` under `make test`).
 """
 import argparse
@@ -90,9 +92,9 @@ SUBSTITUTIONS = (
 PROGRAMS = ("mtf_th", "t5_mesh_transformer", "make", "python", "python3",
             "pytest", "bash")
 SCRIPT_DIRS = ("launch/", "benchmarks/")
-IGNORED_PROGRAMS = ("printf",)
+IGNORED_PROGRAMS = ("printf",)  # writes an input file for the next command
 # mtf_th commands that build no graph: run here, output compared with the doc
-PURE_PYTHON = ("costs", "perf")  # writes an input file for the next command
+PURE_PYTHON = ("costs", "perf")
 SHELL_LANGUAGES = ("sh", "bash", "shell", "console")
 # a token that stands for something: <row>, ..., a|b (and [optional]
 # parts, see DocCommand.placeholders).  Values such as MY_PROJECT are
@@ -334,7 +336,8 @@ def _values(tokens, flag):
   return out
 
 
-def _check_names(cmd, parser, sub=None):
+def _check_names(cmd, parser):
+  """Flags, --paper_table and --gin_file values of cmd name real things."""
   tokens = cmd.raw_argv
   _check_flag_names(cmd, parser, tokens)
   from mtf_talking_heads import sweep  # pylint: disable=g-import-not-at-top
@@ -424,12 +427,16 @@ def _check_mtf_th(cmd, argv, capsys, tmp_path, monkeypatch):
   parsers = {sub: _capture_parser(_subcommand_main(sub), []) for sub in subs}
   if cmd.inline or cmd.placeholders or len(subs) > 1:
     for sub, parser in parsers.items():
-      _check_names(cmd, parser, sub)
+      _check_names(cmd, parser)
     return
   sub = subs[0]
-  parser = parsers[sub]
-  _check_names(cmd, parser, sub)
-  args = _parse(cmd, parser, argv[1:])
+  _check_names(cmd, parsers[sub])
+  args = _parse(cmd, parsers[sub], argv[1:])
+  _check_parsed(cmd, sub, args, argv, capsys, tmp_path, monkeypatch)
+
+
+def _check_parsed(cmd, sub, args, argv, capsys, tmp_path, monkeypatch):
+  """The checks of a parsed `mtf_th sub ...` beyond its parser's."""
   if sub == "train":
     extra = (["utils.run.train_steps = %d" % args.train_steps]
              if args.train_steps else [])
