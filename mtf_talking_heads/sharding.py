@@ -1162,11 +1162,14 @@ def _predict(strategy_name, dims, mesh, batch, length, d_model, dynamic,
 _LOGGED = set()  # Auto's choices already logged (one line each)
 
 
-def describe_choice(layer_name, mesh, batch, length, name, predicted, table):
+def describe_choice(layer_name, mesh, batch, length, name, predicted, table,
+                    memory_length=None):
   """The one line Auto logs: its pick, predicted bytes, the others'."""
-  return ("mtf_th.Auto: %s on %s, batch %d, length %d: %s, %d bytes/device "
+  memory = ("" if memory_length in (None, length)
+            else ", memory length %d" % memory_length)
+  return ("mtf_th.Auto: %s on %s, batch %d, length %d%s: %s, %d bytes/device "
           "predicted (%s)" % (
-              layer_name, mesh.mesh_shape_string, batch, length, name,
+              layer_name, mesh.mesh_shape_string, batch, length, memory, name,
               predicted, ", ".join(
                   "%s %s" % (n, "n/a" if isinstance(v, str) else int(v))
                   for n, v in table.items() if n != name)))
@@ -1264,7 +1267,7 @@ class Auto(Strategy):
         layer.dims, mesh, batch, length, context.model.model_dim.size,
         layer.dynamic, memory_length)
     line = describe_choice(type(layer).__name__, mesh, batch, length,
-                           strategy.name, predicted, table)
+                           strategy.name, predicted, table, memory_length)
     if line not in _LOGGED:
       _LOGGED.add(line)
       tf.logging.info(line)
