@@ -122,3 +122,15 @@ def test_cli_auto_prints_choice_and_predictions(capsys):
   assert "batch_split_gathered does not apply" in err and "'batch'" in err
   assert "query_split predicts" in err
   assert "auto picks batch_query_split" in err
+
+
+def test_log_line_names_a_different_memory_length():
+  mesh = sharding.MeshLayout("model:2", "core_shard:model")
+  table = {"heads_parallel": 8.0, "batch_split": "n/a reason"}
+  line = sharding.describe_choice("TalkingHeadsEncoderAttention", mesh, 8,
+                                  14, "heads_parallel", 8.0, table, 64)
+  assert line == ("mtf_th.Auto: TalkingHeadsEncoderAttention on model:2, "
+                  "batch 8, length 14, memory length 64: heads_parallel, 8 "
+                  "bytes/device predicted (batch_split n/a)")
+  assert "memory length" not in sharding.describe_choice(
+      "TalkingHeadsAttention", mesh, 8, 14, "heads_parallel", 8.0, table, 14)
