@@ -62,6 +62,9 @@ def main(argv=None):
                       type=train_command.positive_int, metavar="N",
                       help="with --metrics: at most N held-out examples per "
                            "task (default: all)")
+  parser.add_argument("--data_dir", default=None, metavar="DIR",
+                      help="with --metrics: TFDS data directory of t5's "
+                           "tasks (e.g. gs://BUCKET/tensorflow_datasets)")
   argv = sys.argv[1:] if argv is None else argv
 
   def body(args, training):
@@ -71,9 +74,9 @@ def main(argv=None):
       raise training.ConfigError(str(e))
     if args.metrics:
       return _metrics(args, training, steps)
-    if args.task or args.max_eval_examples:
-      raise training.ConfigError("--task and --max_eval_examples go with "
-                                 "--metrics")
+    if args.task or args.max_eval_examples or args.data_dir:
+      raise training.ConfigError("--task, --max_eval_examples and "
+                                 "--data_dir go with --metrics")
     results = training.evaluate(args.model_dir, args.gin_file, args.gin_param,
                                 checkpoint_steps=steps, tpu=args.tpu,
                                 tpu_zone=args.tpu_zone,
@@ -94,6 +97,8 @@ def _metrics(args, training, steps):
         "--metrics scores one checkpoint: give one step in "
         "--checkpoint_steps (or none: the latest), got %r"
         % args.checkpoint_steps)
+  from mtf_talking_heads.commands import finetune as finetune_command  # pylint: disable=g-import-not-at-top
+  finetune_command.check_tfds_data(args, training)
   results = training.score(
       args.model_dir, args.gin_file, args.gin_param,
       checkpoint_step=steps[0] if steps else None,

@@ -9,6 +9,13 @@ Starts from the pre-trained checkpoint at step P (latest, or
 finetune.gin) on MIXTURE_NAME (th_finetune_squad_glue_superglue) with a
 constant learning rate of 1e-3, dropout 0.1 and the embedding frozen.
 Resumes like `mtf_th train`; never writes to the pre-trained directory.
+
+Data: the embedded benchmark (experiments/finetune_embedded.gin) needs
+nothing; t5's SQuAD / GLUE / SuperGLUE tasks are read by TFDS from
+--data_dir (e.g. gs://BUCKET/tensorflow_datasets, prepared with `tfds
+build`; default $TFDS_DATA_DIR or ~/tensorflow_datasets).  A dataset
+missing there stops the command with one line (status 2) before any graph
+is built.
 """
 import sys
 
@@ -26,10 +33,14 @@ def main(argv=None):
   parser.add_argument("--checkpoint_step", type=int, default=None)
   parser.add_argument("--finetune_steps", type=train_command.positive_int,
                       default=None)
+  parser.add_argument("--data_dir", default=None, metavar="DIR",
+                      help="TFDS data directory of the fine-tuning tasks "
+                           "(e.g. gs://BUCKET/tensorflow_datasets)")
   train_command.add_checkpoint_flags(parser)
   argv = sys.argv[1:] if argv is None else argv
 
   def body(args, training):
+    check_tfds_data(args, training)
     rows = training.finetune(args.model_dir, args.pretrained_model_dir,
                              args.gin_file, args.gin_param +
                              train_command.checkpoint_params(args),
@@ -43,6 +54,24 @@ def main(argv=None):
     return 0
 
   return train_command.run_command(PROG, parser, argv, body)
+
+
+def check_tfds_data(args, training):
+  """--data_dir: every TFDS dataset of the configured mixture is there.
+
+  Parses the gin files for the mixture's name only (the command parses
+  them again); a mixture with no TFDS task (the embedded one) passes.
+  """
+  from mtf_talking_heads import models  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.training import checkpoints  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.training import tfds_data  # pylint: disable=g-import-not-at-top
+  training.parse_gin(checkpoints.operative_gin(args.model_dir, args.gin_file),
+                     args.gin_param)
+  name = (getattr(args, "task", None) or models.query("MIXTURE_NAME") or
+          models.query("mesh_train_dataset_fn.mixture_or_task_name"))
+  if name:
+    tfds_data.check_data(name, args.data_dir)
+  tfds_data.use_data_dir(args.data_dir)
 
 
 if __name__ == "__main__":

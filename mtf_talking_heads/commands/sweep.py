@@ -17,6 +17,17 @@ commands and the table with params and multiplies only, then runs `mtf_th
 train`'s pre-flight checks on every row (a row that cannot train is an
 error, status 2), and trains nothing.
 Bad arguments exit with status 2 and one message on stderr.
+
+--finetune chains, per run, pre-training -> `mtf_th finetune` into
+<run>/finetune/ (experiments/finetune.gin's settings; --finetune_steps,
+--finetune_mixture) -> `mtf_th eval --metrics`, and fills the downstream
+columns of results.csv / results.md (the paper's "SQuAD v1.1 dev-F1" and
+"MNLI-m dev"; on the default embedded benchmark, its stand-ins) and
+downstream.md (every task's metrics).  Finished stages are skipped on a
+rerun; an interrupted fine-tune resumes from its checkpoint.  The paper's
+mixture (--finetune_mixture th_finetune_squad_glue_superglue) is read by
+TFDS from --data_dir; a dataset missing there stops the sweep with one line
+(status 2) before anything runs.
 """
 import sys
 
@@ -89,6 +100,23 @@ def _build_parser():
                    "--dry_run: print the TPU commands)")
   how.add_argument("--tpu_zone", help="passed on with --tpu")
   how.add_argument("--gcp_project", help="passed on with --tpu")
+  tune = parser.add_argument_group("fine-tuning (paper section 7.1)")
+  tune.add_argument("--finetune", action="store_true",
+                    help="after pre-training, fine-tune every run and "
+                    "score its downstream metrics (results.md columns, "
+                    "downstream.md)")
+  tune.add_argument("--finetune_steps", type=int, metavar="N",
+                    help="fine-tuning steps (default: finetune.gin's 131072)")
+  tune.add_argument("--finetune_mixture", metavar="NAME",
+                    help="default: th_finetune_embedded (built from the "
+                    "local corpus; _bytes for byte-level rows); the paper's: "
+                    "th_finetune_squad_glue_superglue (needs --data_dir)")
+  tune.add_argument("--finetune_eval_examples", type=int, metavar="N",
+                    help="score at most N validation examples per task "
+                    "(default: all)")
+  tune.add_argument("--data_dir", metavar="DIR",
+                    help="TFDS data directory of t5's SQuAD / GLUE / "
+                    "SuperGLUE (e.g. gs://BUCKET/tensorflow_datasets)")
   how.add_argument("--report", action="store_true",
                    help="rewrite results.md, comparison.md and the plots "
                    "from the runs recorded in --output_dir (after "
@@ -136,7 +164,26 @@ def _make_sweep(args, sweep):
                      seeds=args.seeds, train_steps=args.train_steps,
                      eval_steps=args.eval_steps, table=table,
                      gin_files=args.gin_file, gin_params=params, tpu=args.tpu,
-                     tpu_zone=args.tpu_zone, gcp_project=args.gcp_project)
+                     tpu_zone=args.tpu_zone, gcp_project=args.gcp_project,
+                     finetune=_finetune_options(args))
+
+
+def _finetune_options(args):
+  """Finetune's options from the flags, None without --finetune."""
+  flags = {"--finetune_steps": args.finetune_steps,
+           "--finetune_mixture": args.finetune_mixture,
+           "--finetune_eval_examples": args.finetune_eval_examples,
+           "--data_dir": args.data_dir}
+  if not args.finetune:
+    given = [f for f, v in flags.items() if v is not None]
+    if given:
+      raise commands.UsageError("%s go%s with --finetune"
+                                % (", ".join(given),
+                                   "es" if len(given) == 1 else ""))
+    return None
+  return dict(mixture=args.finetune_mixture, steps=args.finetune_steps,
+              max_eval_examples=args.finetune_eval_examples,
+              data_dir=args.data_dir)
 
 
 def _preflight(job, tpu):
@@ -147,23 +194,58 @@ def _preflight(job, tpu):
   would fail is reported on stderr (status 2).
   """
   from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
-  failed = []
-  for row in job.rows:
-    gin_files, gin_params = job.train_gin(row)
-    try:
-      training.parse_gin(gin_files, gin_params)
-      training.preflight(tpu=tpu)
-    except training.ConfigError as e:
-      failed.append(row.name)
-      print("%s: error: row %s: %s" % (PROG, row.name, e), file=sys.stderr)
-  if failed:
-    print("%s: %d of %d rows fail the pre-flight of `mtf_th train` (%s): "
-          "fix them before running the sweep" % (
-              PROG, len(failed), len(job.rows), ", ".join(failed)),
-          file=sys.stderr)
+  stages = [("mtf_th train", job.train_gin)]
+  if job.finetune:
+    stages.append(("mtf_th finetune", job.finetune.preflight_gin))
+  code = 0
+  for command, gin_of in stages:
+    failed = []
+    for row in job.rows:
+      gin_files, gin_params = gin_of(row)
+      try:
+        training.parse_gin(gin_files, gin_params)
+        with _remote_vocabulary_size(job):
+          training.preflight(tpu=tpu)
+      except training.ConfigError as e:
+        failed.append(row.name)
+        print("%s: error: row %s: %s" % (PROG, row.name, e), file=sys.stderr)
+    if failed:
+      print("%s: %d of %d rows fail the pre-flight of `%s` (%s): fix them "
+            "before running the sweep" % (PROG, len(failed), len(job.rows),
+                                          command, ", ".join(failed)),
+            file=sys.stderr)
+      code = 2
+    else:
+      print("%s: pre-flight of `%s` passed for all %d rows"
+            % (PROG, command, len(job.rows)), file=sys.stderr)
+  return code
+
+
+def _remote_vocabulary_size(job):
+  """With the paper's mixture, t5's vocabulary is on GCS: a dry run does not
+  read it and takes its known size (32000 pieces + 100 sentinels)."""
+  import contextlib  # pylint: disable=g-import-not-at-top
+  from unittest import mock  # pylint: disable=g-import-not-at-top
+  if not (job.finetune and job.finetune.vocabulary_params()):
+    return contextlib.nullcontext()
+  from mtf_talking_heads.sweep import finetune  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.training import settings  # pylint: disable=g-import-not-at-top
+  return mock.patch.object(settings, "vocab_size",
+                           lambda: finetune.T5_VOCAB_SIZE)
+
+
+def _check_data(job):
+  """The TFDS data of the fine-tuning mixture, before anything runs; status."""
+  if not (job.finetune and job.finetune.needs_data()):
+    return 0
+  from mtf_talking_heads import data  # pylint: disable=g-import-not-at-top,unused-import
+  from mtf_talking_heads.training import errors  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.training import tfds_data  # pylint: disable=g-import-not-at-top
+  try:
+    tfds_data.check_data(job.finetune.mixture, job.finetune.data_dir)
+  except errors.ConfigError as e:
+    print("%s: error: %s" % (PROG, e), file=sys.stderr)
     return 2
-  print("%s: pre-flight of `mtf_th train` passed for all %d rows"
-        % (PROG, len(job.rows)), file=sys.stderr)
   return 0
 
 
@@ -184,7 +266,9 @@ def main(argv=None):
   if args.dry_run:
     sys.stdout.write(job.dry_run_text())
     sys.stdout.flush()
-    return _preflight(job, args.tpu)
+    return _check_data(job) or _preflight(job, args.tpu)
+  if not args.report and _check_data(job):
+    return 2
   try:
     job.run(train=not args.report)
   except ValueError as e:  # e.g. output_dir holds another sweep

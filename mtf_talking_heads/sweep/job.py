@@ -4,6 +4,7 @@ Owns only the composition: `mtf_th sweep`, `mtf_th demo`, benchmarks/ and
 the tests build a Sweep(...) and call run(), dry_run_text(), summary() ...;
 the work is plan.py's, run.py's and report.py's.
 """
+from mtf_talking_heads.sweep import finetune as finetune_lib
 from mtf_talking_heads.sweep import gin_reader
 from mtf_talking_heads.sweep import plan as plan_lib
 from mtf_talking_heads.sweep import report
@@ -25,6 +26,9 @@ class Sweep(plan_lib.Plan):
     gin_files, gin_params, tpu, tpu_zone, gcp_project, gin_dir: as Plan.
     launcher: argv prefix that runs `mtf_th` (default: this Python).
     log: where progress lines go (default sys.stdout).
+    finetune: None, or a dict of finetune.Finetune's options (mixture,
+      steps, max_eval_examples, data_dir): after pre-training, every run is
+      fine-tuned and scored, filling the downstream columns.
 
   Attributes:
     reporter: the report.Reporter of this sweep.
@@ -37,12 +41,18 @@ class Sweep(plan_lib.Plan):
   def __init__(self, rows, output_dir, scale="tiny", seeds=1,
                train_steps=None, eval_steps=None, table="grid", gin_files=(),
                gin_params=(), launcher=None, tpu=None, tpu_zone=None,
-               gcp_project=None, gin_dir=gin_reader.GIN_DIR, log=None):
+               gcp_project=None, gin_dir=gin_reader.GIN_DIR, log=None,
+               finetune=None):
+    if finetune is not None:  # t5's tasks: t5's vocabulary in every stage
+      gin_params = tuple(gin_params) + finetune_lib.vocabulary_params(
+          finetune.get("mixture"))
     super().__init__(rows, output_dir, scale=scale, seeds=seeds,
                      train_steps=train_steps, eval_steps=eval_steps,
                      table=table, gin_files=gin_files, gin_params=gin_params,
                      tpu=tpu, tpu_zone=tpu_zone, gcp_project=gcp_project,
                      gin_dir=gin_dir)
+    if finetune is not None:
+      self.finetune = finetune_lib.Finetune(self, **finetune)
     self.reporter = report.Reporter(self)
     self.runner = run_lib.Runner(self, self.reporter, launcher, log)
 

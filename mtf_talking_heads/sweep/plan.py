@@ -172,7 +172,14 @@ class Plan(object):
               config.require("inputs_length", row.name), "inputs_length",
               row.name))
 
+  # The fine-tuning stage (finetune.Finetune) when the sweep has one.
+  finetune = None
+
   # ------------------------------------------------------------ configuration
+  def config(self, row):
+    """The row's GinConfig (its files and bindings at this scale, seed 1)."""
+    return self._configs[row.name]
+
   def row_files(self, row):
     """Gin files of one run: the row's, the scale's, then the extra ones."""
     return (tuple(row.gin_files) + tuple(scale_files(row, self.scale,
@@ -275,6 +282,12 @@ class Plan(object):
 
   def manifest(self):
     """What must not change between invocations sharing an output_dir."""
+    manifest = self._pretraining_manifest()
+    if self.finetune:
+      manifest["finetune"] = self.finetune.manifest()
+    return manifest
+
+  def _pretraining_manifest(self):
     return dict(
         table=self.table, scale=self.scale, train_steps=self.train_steps,
         eval_steps=list(self.eval_steps),
@@ -334,10 +347,15 @@ class Plan(object):
              "%s" % (len(self.rows) * self.seeds, len(self.rows), self.seeds,
                      self.scale, self.train_steps,
                      ",".join(map(str, self.eval_steps)))]
+    if self.finetune:
+      lines.append(self.finetune.dry_run_header())
     for run in self.runs():
       lines.append("# %s seed %d" % (run.row.name, run.seed))
+      commands = list(run.commands)
+      if self.finetune:
+        commands += self.finetune.commands(run.row, run.seed)
       lines.extend(" ".join(shlex.quote(a) for a in argv)
-                   for argv in run.commands)
+                   for argv in commands)
     summary = report.summarize(self.rows, [], {r.name: self.cost_record(r)
                                                for r in self.rows})
     return "\n".join(lines) + "\n\n" + report.plan_markdown(self, summary)

@@ -10,6 +10,7 @@ import math
 import os
 
 from mtf_talking_heads import comparison
+from mtf_talking_heads.sweep import finetune
 from mtf_talking_heads.sweep import lazy
 from mtf_talking_heads.sweep import plots
 from mtf_talking_heads.sweep import results
@@ -69,6 +70,10 @@ class Reporter(object):
                  lazy.progress.format_seconds(cpu)))
     with open(path, "w") as f:
       f.write(header + self.markdown(summary))
+    if plan.finetune:
+      with open(os.path.join(plan.output_dir, finetune.DOWNSTREAM_MD),
+                "w") as f:
+        f.write(finetune.downstream_markdown(plan))
     comparison.write(plan.output_dir, plan.rows, plan.seeds, plan.model_dir,
                      {r.name: r.label for r in plan.rows},
                      finished=set(results.read_results(plan.output_dir)))
@@ -96,8 +101,15 @@ class Reporter(object):
 
 def plan_markdown(plan, summary):
   """markdown_table() of `summary` with a Plan's steps, costs and seeds."""
-  return markdown_table(summary, plan.eval_steps, plan.d_model.values(),
-                        plan.cost_length.values(), plan.scale, plan.seeds)
+  labels = None
+  if plan.finetune:
+    labels = finetune.column_labels(plan.finetune.mixture_for(plan.rows[0]))
+  table = markdown_table(summary, plan.eval_steps, plan.d_model.values(),
+                         plan.cost_length.values(), plan.scale, plan.seeds,
+                         downstream_labels=labels)
+  if plan.finetune:
+    table += finetune.columns_note(plan.finetune) + "\n"
+  return table
 
 
 def _mean_std(values):
@@ -137,6 +149,10 @@ def summarize(rows, records, cost_records):
         step_time=_mean_std([_float(r["step_time_sec"]) for r in recs])[0],
         wall=sum(_float(r["wall_sec"]) for r in recs) if recs else None,
         cpu=sum(_float(r["cpu_sec"]) for r in recs) if recs else None,
+        span=_mean_std([_float(r.get("span_f1")) for r in recs
+                        if _float(r.get("span_f1")) is not None]),
+        cls=_mean_std([_float(r.get("cls_accuracy")) for r in recs
+                       if _float(r.get("cls_accuracy")) is not None]),
         **{k: cost_records[row.name][k]
            for k in ("params", "multiplies", "multiplies_executed")}))
   return out
@@ -161,13 +177,17 @@ def _sci(x):
   return "%s·10^%d" % (mantissa, int(exponent))
 
 
-def markdown_table(summary, eval_steps, d_models, cost_lengths, scale, seeds):
+def markdown_table(summary, eval_steps, d_models, cost_lengths, scale, seeds,
+                   downstream_labels=None):
   """The paper's layout as markdown.
 
   Columns: label, h_k, h, h_v, d_k, d_v, ln(PPL) at both eval steps (mean,
-  and (std) over seeds), step time, params and multiplies per attention
-  layer; the best (lowest) ln(PPL) of each column and the fastest step time
-  in bold.  Cells of runs not yet recorded stay empty.
+  and (std) over seeds), with downstream_labels the two downstream columns
+  (span F1, classification accuracy: the paper's "SQuAD v1.1 dev-F1" and
+  "MNLI-m dev"), step time, params and multiplies per attention layer; the
+  best (lowest) ln(PPL) of each column, the highest downstream scores and
+  the fastest step time in bold.  Cells of runs not yet recorded stay
+  empty.
 
   Args:
     summary: summarize() output.
@@ -176,6 +196,8 @@ def markdown_table(summary, eval_steps, d_models, cost_lengths, scale, seeds):
       were computed with (iterables of ints).
     scale: "tiny" or "base" (says where the length comes from).
     seeds: seeds per row (a std column needs two).
+    downstream_labels: (span label, classification label), or None for no
+      downstream columns.
 
   Returns:
     the table and a one-line note on the costs, as a string.
@@ -185,8 +207,10 @@ def markdown_table(summary, eval_steps, d_models, cost_lengths, scale, seeds):
   std_note = " (std)" if seeds > 1 else ""
   header = ["", "h_k", "h", "h_v", "d_k", "d_v",
             "ln(PPL) %d steps%s" % (eval_steps[0], std_note),
-            "ln(PPL) %d steps%s" % (eval_steps[-1], std_note),
-            "step time (s)", "params per att. layer",
+            "ln(PPL) %d steps%s" % (eval_steps[-1], std_note)]
+  if downstream_labels:
+    header += [label + std_note for label in downstream_labels]
+  header += ["step time (s)", "params per att. layer",
             "multiplies per att. layer (%s)" % length_note]
 
   def lowest(values):
@@ -196,6 +220,13 @@ def markdown_table(summary, eval_steps, d_models, cost_lengths, scale, seeds):
   best_early = lowest(s["early"][0] for s in summary)
   best_final = lowest(s["final"][0] for s in summary)
   best_time = lowest(s["step_time"] for s in summary)
+
+  def highest(values):
+    values = [v for v in values if v is not None and not math.isnan(v)]
+    return max(values) if len(values) > 1 else None
+
+  best_span = highest(s.get("span", (None, None))[0] for s in summary)
+  best_cls = highest(s.get("cls", (None, None))[0] for s in summary)
 
   def number(value, best_value, fmt):
     if value is None or math.isnan(value):
@@ -220,7 +251,14 @@ def markdown_table(summary, eval_steps, d_models, cost_lengths, scale, seeds):
     if final and s["final"][1] is not None:
       final += " (%.3f)" % s["final"][1]
     various = row.placement != "all"
-    cells = [row.label, *_heads_cells(row), d_k, d_v, early, final,
+    scores = []
+    if downstream_labels:
+      for key, best in (("span", best_span), ("cls", best_cls)):
+        mean, std = s.get(key, (None, None))
+        cell = number(mean, best, "%.2f")
+        scores.append(cell + (" (%.2f)" % std if cell and std is not None
+                              else ""))
+    cells = [row.label, *_heads_cells(row), d_k, d_v, early, final, *scores,
              number(s["step_time"], best_time, "%.4f"),
              "various" if various else str(s["params"]),
              "various" if various else _sci(s["multiplies"])]

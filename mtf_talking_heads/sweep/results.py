@@ -1,6 +1,8 @@
 """The files a sweep's runs leave behind, read and written.
 
-Owns results.csv (one line per finished run: RESULT_COLUMNS) and the
+Owns results.csv (one line per finished run: RESULT_COLUMNS, then, in a
+sweep with --finetune, the fine-tuning stage's FINETUNE_COLUMNS, filled in
+by update_result when the stage ends) and the
 readers of the files that training writes into a run's directory
 (progress.py's train_log.csv and eval_results.csv).
 """
@@ -16,6 +18,9 @@ RESULT_COLUMNS = (
     "early_ln_ppl", "final_step", "final_ln_ppl", "step_time_sec", "params",
     "multiplies", "multiplies_executed", "d_model", "cost_length",
     "wall_sec", "cpu_sec", "model_dir")
+# The fine-tuning stage's columns (sweep/finetune.py).
+FINETUNE_COLUMNS = ("downstream_mixture", "finetune_step", "span_f1",
+                    "cls_accuracy")
 
 
 def results_path(output_dir):
@@ -43,6 +48,30 @@ def append_result(output_dir, record):
                      for c in RESULT_COLUMNS])
     f.flush()
     os.fsync(f.fileno())
+
+
+def update_result(output_dir, row, seed, values):
+  """Sets `values` (FINETUNE_COLUMNS cells) on the line of (row, seed).
+
+  Rewrites results.csv (temporary file, then rename) with the header
+  RESULT_COLUMNS + FINETUNE_COLUMNS; other lines keep their cells.
+  """
+  path = results_path(output_dir)
+  with open(path) as f:
+    records = list(csv.DictReader(f))
+  columns = RESULT_COLUMNS + FINETUNE_COLUMNS
+  for record in records:
+    if record["row"] == row and int(record["seed"]) == seed:
+      record.update(values)
+  with open(path + ".tmp", "w", newline="") as f:
+    writer = csv.writer(f, lineterminator="\n")
+    writer.writerow(columns)
+    for record in records:
+      writer.writerow(["" if record.get(c) is None else record[c]
+                       for c in columns])
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(path + ".tmp", path)
 
 
 def read_train_log(model_dir):

@@ -62,7 +62,8 @@ class Runner(object):
     if os.path.exists(path):
       with open(path) as f:
         theirs = json.load(f)
-      different = sorted(k for k in mine if mine[k] != theirs.get(k))
+      different = sorted(k for k in mine if mine[k] != theirs.get(k)
+                         and not (k == "finetune" and k not in theirs))
       if different == ["rows"] and all(r in mine["rows"]
                                        for r in theirs["rows"]):
         different = []  # more rows: the sweep grows, recorded runs stay
@@ -72,7 +73,8 @@ class Runner(object):
             "see %s); use a new --output_dir, or the same settings to resume "
             "(adding rows is allowed)"
             % (output_dir, ", ".join(different), path))
-      if mine["rows"] != theirs["rows"]:
+      if mine["rows"] != theirs["rows"] or ("finetune" in mine
+                                           and "finetune" not in theirs):
         with open(path, "w") as f:
           json.dump(mine, f, indent=1)
     else:
@@ -97,11 +99,22 @@ class Runner(object):
       shutil.rmtree(run.model_dir)  # nothing to resume from (e.g. only the
       # small files a commit carried to another machine): start over
     os.makedirs(run.model_dir, exist_ok=True)
-    log_path = os.path.join(run.model_dir, "sweep.log")
-    spent = read_run_time(run.model_dir)
+    self._call(run, run.commands, run.model_dir)
+    return self._record(run)
+
+  def _call(self, run, commands, model_dir):
+    """Runs the argv lists in order in child processes, logged to
+    <model_dir>/sweep.log, their time added to model_dir's RUN_TIME.
+
+    Raises:
+      RuntimeError: a command failed (its log's last lines).
+    """
+    os.makedirs(model_dir, exist_ok=True)
+    log_path = os.path.join(model_dir, "sweep.log")
+    spent = read_run_time(model_dir)
     start = time.time()
     cpu_start = _children_cpu_seconds()
-    for argv in run.commands:
+    for argv in commands:
       argv = self.launcher + argv[1:]
       with open(log_path, "a") as log:
         log.write("$ %s\n" % " ".join(shlex.quote(a) for a in argv))
@@ -110,7 +123,7 @@ class Runner(object):
         try:  # an interrupted piece's time counts too (Ctrl-C, SIGTERM)
           code = subprocess.call(argv, stdout=log, stderr=subprocess.STDOUT)
         finally:
-          write_run_time(run.model_dir, spent, time.time() - start,
+          write_run_time(model_dir, spent, time.time() - start,
                          _children_cpu_seconds() - cpu_start)
         log.write("# exit status %d after %.1f s\n" % (code,
                                                       time.time() - began))
@@ -121,7 +134,22 @@ class Runner(object):
             "run %s seed %d failed (exit status %d) in `%s`; log %s ends:\n%s"
             % (run.row.name, run.seed, code, " ".join(argv[:len(
                 self.launcher) + 1]), log_path, tail))
-    return self._record(run)
+
+  def finetune(self, run):
+    """The fine-tuning stage of a pre-trained run, resumably; its cells.
+
+    Skips what is finished: scored at the final fine-tuning step -> nothing
+    runs; fine-tuned to it -> only `mtf_th eval --metrics`; otherwise
+    `mtf_th finetune` (which resumes from its last checkpoint) and then the
+    metrics.  Time goes to <run>/finetune/sweep_time.json.
+    """
+    stage = self.plan.finetune
+    state = stage.stage_state(run.row, run.seed)
+    commands = stage.commands(run.row, run.seed)
+    todo = {"done": [], "finetuned": commands[1:], "todo": commands}[state]
+    if todo:
+      self._call(run, todo, stage.model_dir(run.row, run.seed))
+    return stage.record(run.row, run.seed)
 
   def _record(self, run):
     """The results.csv line of a finished run, from the files it wrote."""
@@ -182,6 +210,13 @@ class Runner(object):
                   record["step_time_sec"], record["wall_sec"],
                   record["cpu_sec"], lazy.progress.format_seconds(eta)))
       self.reporter.write_table()
+      if plan.finetune:
+        self._finetune_and_record(run)
+    if plan.finetune and train:
+      for run in runs:
+        if not done.get((run.row.name, run.seed), {}).get("finetune_step"):
+          if run not in todo:
+            self._finetune_and_record(run)
     self.reporter.write_table()
     self.reporter.write_plots()
     self.say("wrote %s" % ", ".join(
@@ -190,6 +225,22 @@ class Runner(object):
                   comparison.COMPARISON_MD)
         + report.PLOTS + (report.CURVES_PLOT,)))
     return self.reporter.summary()
+
+
+  def _finetune_and_record(self, run):
+    """Fine-tunes and scores one run; fills its results.csv cells."""
+    cells = self.finetune(run)
+    results.update_result(self.plan.output_dir, run.row.name, run.seed, cells)
+    self.say("    %s seed %d fine-tuned to step %d on %s: span F1 %s, "
+             "classification accuracy %s"
+             % (run.row.name, run.seed, cells["finetune_step"],
+                cells["downstream_mixture"], _cell(cells["span_f1"]),
+                _cell(cells["cls_accuracy"])))
+    self.reporter.write_table()
+
+
+def _cell(value):
+  return "-" if value is None else "%.2f" % value
 
 
 def read_run_time(model_dir):

@@ -1,0 +1,379 @@
+"""The fine-tuning stage of a sweep (`mtf_th sweep --finetune`): plan and columns.
+
+Owns Finetune: for each run of a Plan, after pre-training, `mtf_th finetune`
+into <run>/finetune/ (paper section 7.1: experiments/finetune.gin's settings,
+steps and mixture overridable) and `mtf_th eval --metrics` there; the
+downstream columns those give (the paper's "SQuAD v1.1 dev-F1" and "MNLI-m
+dev" in Tables 1-4), read from the fine-tuned model's
+downstream_results.csv; and the appendix-style table of every task's
+metrics (downstream.md, cf. Appendix B).  run.py executes the commands,
+report.py prints the columns.  Imports no TensorFlow.
+
+Mixtures:
+  th_finetune_embedded[_bytes]  (default) the embedded benchmark built from
+      the local corpus (data/downstream.py); the columns are its stand-ins:
+      next-word span F1 (for SQuAD) and continuation accuracy (for MNLI-m).
+      The byte-level variant is chosen for rows pre-trained on bytes.
+  th_finetune_squad_glue_superglue  the paper's mixture, read by TFDS from
+      --data_dir (a bucket prepared with `tfds build`); t5's tasks use t5's
+      SentencePiece vocabulary, so every stage of such a sweep binds
+      th_data.vocabulary_options.path to it (the fine-tuned model must share
+      the pre-trained model's vocabulary).
+"""
+import csv
+import math
+import os
+
+from mtf_talking_heads.sweep import gin_reader
+from mtf_talking_heads.sweep import results
+from mtf_talking_heads.sweep import rows as rows_lib
+
+FINETUNE_DIR = "finetune"
+DOWNSTREAM_MD = "downstream.md"
+DOWNSTREAM_RESULTS = "downstream_results.csv"  # training/metrics.py writes it
+EMBEDDED_MIXTURE = "th_finetune_embedded"
+BYTES_SUFFIX = "_bytes"
+PAPER_MIXTURE = "th_finetune_squad_glue_superglue"
+# t5.data.DEFAULT_SPM_PATH (tests check they agree) and its size with t5's
+# 100 sentinels.
+T5_VOCABULARY = "gs://t5-data/vocabs/cc_all.32000/sentencepiece.model"
+T5_VOCAB_SIZE = 32100
+ENCODER_DECODER_MODELS = ("t5", "encdec")
+# results.csv columns of the stage (after results.RESULT_COLUMNS).
+COLUMNS = results.FINETUNE_COLUMNS
+# (task, metric) of the two columns, per mixture family.
+_PAPER_COLUMNS = {
+    PAPER_MIXTURE: (("squad_v010_allanswers", "f1"),
+                    ("glue_mnli_matched_v002", "accuracy")),
+    EMBEDDED_MIXTURE: (("th_embedded_next_word", "f1"),
+                       ("th_embedded_continuation", "accuracy")),
+}
+_LABELS = {
+    PAPER_MIXTURE: ("SQuAD v1.1 dev-F1", "MNLI-m dev"),
+    EMBEDDED_MIXTURE: ("embedded next-word F1 (not SQuAD)",
+                       "embedded continuation acc. (not MNLI-m)"),
+}
+
+
+def _family(mixture):
+  if mixture.endswith(BYTES_SUFFIX):
+    mixture = mixture[:-len(BYTES_SUFFIX)]
+  return mixture if mixture in _PAPER_COLUMNS else None
+
+
+def column_tasks(mixture):
+  """((span task, metric), (classification task, metric)) or None."""
+  family = _family(mixture)
+  if family is None:
+    return None
+  suffix = BYTES_SUFFIX if mixture.endswith(BYTES_SUFFIX) else ""
+  return tuple((task + (suffix if family == EMBEDDED_MIXTURE else ""), metric)
+               for task, metric in _PAPER_COLUMNS[family])
+
+
+def column_labels(mixture):
+  """The two columns' headers: the paper's for its mixture, else stand-ins."""
+  return _LABELS.get(_family(mixture) or "", ("span F1", "classification acc."))
+
+
+def read_downstream(model_dir):
+  """Rows of <model_dir>/downstream_results.csv (value float, step int)."""
+  path = os.path.join(model_dir, DOWNSTREAM_RESULTS)
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    rows = list(csv.DictReader(f))
+  for r in rows:
+    r["value"], r["step"] = float(r["value"]), int(r["step"])
+  return rows
+
+
+def latest_checkpoint_step(model_dir):
+  """The step of <model_dir>/checkpoint's model_checkpoint_path, or None."""
+  path = os.path.join(model_dir, "checkpoint")
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    for line in f:
+      if line.startswith("model_checkpoint_path:"):
+        return int(line.split("-")[-1].strip().strip('"'))
+  return None
+
+
+class Finetune(object):
+  """The fine-tuning stage of every run of a Plan.
+
+  Example (the embedded benchmark, 4 steps, 16 examples per task):
+    stage = Finetune(plan, steps=4, max_eval_examples=16)
+    stage.commands(row, 1) == [
+        ["mtf_th", "finetune", "--pretrained_model_dir", <run>,
+         "--model_dir", <run>/finetune, --gin_file ... experiments/
+         finetune_embedded.gin, --gin_param "MIXTURE_NAME = '...'", ...,
+         "--checkpoint_step", "<train_steps>", "--finetune_steps", "4"],
+        ["mtf_th", "eval", "--metrics", "--model_dir", <run>/finetune,
+         "--max_eval_examples", "16"]]
+
+  Args:
+    plan: the sweep's Plan (rows of encoder-decoder models only: t5, encdec).
+    mixture: the fine-tuning mixture (default: th_finetune_embedded, or its
+      _bytes variant for rows pre-trained on bytes).
+    steps: fine-tuning steps (default: finetune.gin's 131072).
+    max_eval_examples: held-out examples per task for the metrics (None:
+      all).
+    data_dir: TFDS data directory; required for any mixture other than the
+      embedded one.
+  Raises:
+    ValueError: a row that cannot be fine-tuned text-to-text, a bad number,
+      or a TFDS mixture without data_dir -- before anything runs.
+  """
+
+  def __init__(self, plan, mixture=None, steps=None, max_eval_examples=None,
+               data_dir=None):
+    self.plan = plan
+    for row in plan.rows:
+      model = plan_model(plan, row)
+      if model not in ENCODER_DECODER_MODELS:
+        raise ValueError(
+            "--finetune: row %s is a %s model; the downstream tasks are "
+            "text-to-text and need an encoder-decoder (the T5 tables, or the "
+            "small encdec_heads table). BERT/ALBERT fine-tuning needs "
+            "task heads, which this repository does not build"
+            % (row.name, model))
+    for name, value in (("finetune_steps", steps),
+                        ("max_eval_examples", max_eval_examples)):
+      if value is not None:
+        rows_lib.positive_int(value, name, "sweep")
+    self.mixture = mixture
+    self.steps = steps
+    self.max_eval_examples = max_eval_examples
+    self.data_dir = data_dir
+    if self.needs_data() and not data_dir:
+      raise ValueError(
+          "--finetune_mixture %s reads GLUE / SuperGLUE / SQuAD from TFDS: "
+          "give --data_dir gs://BUCKET/tensorflow_datasets (prepared with "
+          "`tfds build`)" % mixture)
+    for row in plan.rows:
+      self._check_vocabulary(row)
+    self.total_steps = plan.train_steps + self.default_steps()
+
+  def _check_vocabulary(self, row):
+    """The embedded mixture must be in the pre-training's vocabulary."""
+    if _family(self.mixture_for(row)) != EMBEDDED_MIXTURE:
+      return
+    pre_bytes = self._pretraining_mixture(row).endswith(BYTES_SUFFIX)
+    if self.mixture_for(row).endswith(BYTES_SUFFIX) != pre_bytes:
+      raise ValueError(
+          "--finetune_mixture %s: row %s was pre-trained on %s (%s), so it "
+          "needs %s (the same vocabulary); leave --finetune_mixture out to "
+          "get it" % (self.mixture, row.name, self._pretraining_mixture(row),
+                      "bytes" if pre_bytes else "SentencePiece",
+                      EMBEDDED_MIXTURE + (BYTES_SUFFIX if pre_bytes else "")))
+
+  def _pretraining_mixture(self, row):
+    return str(self.plan.config(row).get("MIXTURE_NAME") or "")
+
+  # ---------------------------------------------------------- configuration
+  def needs_data(self):
+    return needs_data(self.mixture)
+
+  def mixture_for(self, row):
+    """The row's fine-tuning mixture (bytes rows get the _bytes variant)."""
+    if self.mixture:
+      return self.mixture
+    pretraining = self._pretraining_mixture(row)
+    return EMBEDDED_MIXTURE + (BYTES_SUFFIX if pretraining.endswith(
+        BYTES_SUFFIX) else "")
+
+  def gin_file(self, row):
+    family = _family(self.mixture_for(row))
+    return ("experiments/finetune_embedded.gin" if family == EMBEDDED_MIXTURE
+            else "experiments/finetune.gin")
+
+  def vocabulary_params(self):
+    return vocabulary_params(self.mixture)
+
+  def default_steps(self):
+    """--finetune_steps, else the finetune_steps macro of finetune.gin."""
+    if self.steps is not None:
+      return self.steps
+    config = gin_reader.GinConfig(["experiments/finetune.gin"], (),
+                                  gin_dir=self.plan.gin_dir)
+    return rows_lib.positive_int(config.require("finetune_steps", "finetune"),
+                                 "finetune_steps", "finetune.gin")
+
+  def preflight_gin(self, row, seed=1):
+    """(gin_files, gin_params) as `mtf_th finetune` parses them, with the
+    bindings it adds (init checkpoint aside), for a dry run's pre-flight."""
+    files, params = self.gin(row, seed)
+    return files, params + ["utils.run.train_steps = %d" % self.total_steps]
+
+  def gin(self, row, seed):
+    """(gin_files, gin_params) of the run's `mtf_th finetune`."""
+    files = list(self.plan.row_files(row)) + [self.gin_file(row)]
+    params = list(self.plan.row_params(row, seed)) + [
+        "train_steps = %d" % self.plan.train_steps,
+        "MIXTURE_NAME = %r" % self.mixture_for(row)]
+    return files, params
+
+  def model_dir(self, row, seed):
+    return os.path.join(self.plan.model_dir(row, seed), FINETUNE_DIR)
+
+  def commands(self, row, seed):
+    """[`mtf_th finetune` argv, `mtf_th eval --metrics` argv] of one run."""
+    ft_dir = self.model_dir(row, seed)
+    files, params = self.gin(row, seed)
+    gin = []
+    for f in files:
+      gin += ["--gin_file", f]
+    for p in params:
+      gin += ["--gin_param", p]
+    data = ["--data_dir", self.data_dir] if self.data_dir else []
+    steps = ["--finetune_steps", str(self.steps)] if self.steps else []
+    finetune = (["mtf_th", "finetune", "--pretrained_model_dir",
+                 self.plan.model_dir(row, seed), "--model_dir", ft_dir] + gin
+                + self.plan.tpu_flags + data
+                + ["--checkpoint_step", str(self.plan.train_steps)] + steps)
+    metrics = (["mtf_th", "eval", "--metrics", "--model_dir", ft_dir]
+               + self.plan.tpu_flags + data
+               + (["--max_eval_examples", str(self.max_eval_examples)]
+                  if self.max_eval_examples else []))
+    return [finetune, metrics]
+
+  def manifest(self):
+    return dict(mixture=self.mixture, steps=self.steps,
+                max_eval_examples=self.max_eval_examples,
+                data_dir=self.data_dir)
+
+  # ---------------------------------------------------------- state
+  def stage_state(self, row, seed):
+    """"done", "scored" is missing ("finetuned") or "todo" (resumes)."""
+    ft_dir = self.model_dir(row, seed)
+    if any(r["step"] == self.total_steps
+           for r in read_downstream(ft_dir)):
+      return "done"
+    if latest_checkpoint_step(ft_dir) == self.total_steps:
+      return "finetuned"
+    return "todo"
+
+  def record(self, row, seed):
+    """The stage's results.csv cells (COLUMNS) from downstream_results.csv."""
+    mixture = self.mixture_for(row)
+    values = {(r["task"], r["metric"]): r["value"]
+              for r in read_downstream(self.model_dir(row, seed))
+              if r["step"] == self.total_steps}
+    record = dict(downstream_mixture=mixture, finetune_step=self.total_steps,
+                  span_f1=None, cls_accuracy=None)
+    tasks = column_tasks(mixture)
+    if tasks:
+      record["span_f1"] = values.get(tasks[0])
+      record["cls_accuracy"] = values.get(tasks[1])
+    return record
+
+  def all_metrics(self, row, seed):
+    """{(task, metric): value} at the final fine-tuning step."""
+    return {(r["task"], r["metric"]): r["value"]
+            for r in read_downstream(self.model_dir(row, seed))
+            if r["step"] == self.total_steps}
+
+  # ---------------------------------------------------------- text
+  def dry_run_header(self):
+    mixtures = sorted({self.mixture_for(r) for r in self.plan.rows})
+    text = ("# then fine-tune each run %d steps (to step %d) on %s into "
+            "<run>/%s/ and score its downstream metrics"
+            % (self.default_steps(), self.total_steps, ", ".join(mixtures),
+               FINETUNE_DIR))
+    if self.data_dir:
+      text += "; TFDS data from --data_dir %s" % self.data_dir
+    if self.vocabulary_params():
+      text += "; every stage uses t5's vocabulary %s" % T5_VOCABULARY
+    return text
+
+
+def columns_note(stage):
+  """One paragraph under results.md's table: what the downstream columns are."""
+  mixtures = sorted({stage.mixture_for(r) for r in stage.plan.rows})
+  text = ("\nDownstream columns: each run fine-tuned %d steps (to step %d) on "
+          "%s, then scored on the validation split by the tasks' metrics "
+          "(`mtf_th eval --metrics`); every task's metrics in `%s`."
+          % (stage.default_steps(), stage.total_steps, ", ".join(mixtures),
+             DOWNSTREAM_MD))
+  if all(_family(m) == EMBEDDED_MIXTURE for m in mixtures):
+    text += (" These are the embedded benchmark built from the local corpus "
+             "(next-word span F1, sentence-continuation accuracy), stand-ins "
+             "for the paper's SQuAD v1.1 and MNLI-m columns, not those "
+             "benchmarks.")
+  return text
+
+
+def downstream_markdown(plan):
+  """downstream.md: every (task, metric) per row, mean (std) over seeds.
+
+  Like the paper's Appendix B tables: one column per task and metric, the
+  best of each column in bold.
+  """
+  stage = plan.finetune
+  values = {}  # (row name, task, metric) -> [value per seed]
+  keys = []
+  for row in plan.rows:
+    for seed in range(1, plan.seeds + 1):
+      for key, value in sorted(stage.all_metrics(row, seed).items()):
+        if key not in keys:
+          keys.append(key)
+        values.setdefault((row.name,) + key, []).append(value)
+  lines = ["# Downstream metrics of `%s`, %s scale\n" % (plan.table,
+                                                           plan.scale),
+           columns_note(stage).strip() + "\n"]
+  if not keys:
+    return "\n".join(lines + ["No fine-tuned run is scored yet.\n"])
+  header = [""] + ["%s %s" % key for key in keys]
+  lines.append("| " + " | ".join(header) + " |")
+  lines.append("|" + "|".join([":---"] + ["---:"] * len(keys)) + "|")
+  best = {}
+  for key in keys:
+    means = [_mean(values.get((r.name,) + key)) for r in plan.rows]
+    means = [m for m in means if m is not None]
+    best[key] = max(means) if len(means) > 1 else None
+  for row in plan.rows:
+    cells = [row.label]
+    for key in keys:
+      seeds = values.get((row.name,) + key)
+      mean = _mean(seeds)
+      if mean is None:
+        cells.append("")
+        continue
+      cell = "%.2f" % mean
+      if best[key] is not None and cell == "%.2f" % best[key]:
+        cell = "**%s**" % cell
+      if len(seeds) > 1:
+        cell += " (%.2f)" % _std(seeds)
+      cells.append(cell)
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def _mean(values):
+  return sum(values) / len(values) if values else None
+
+
+def _std(values):
+  mean = _mean(values)
+  return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def needs_data(mixture):
+  """True for a mixture read from TFDS (given, and not the embedded one)."""
+  return bool(mixture) and _family(mixture) != EMBEDDED_MIXTURE
+
+
+def vocabulary_params(mixture):
+  """Bindings every stage gets (pre-training too): t5's vocabulary for a
+  mixture of t5's tasks, nothing for the embedded one."""
+  if needs_data(mixture):
+    return ("th_data.vocabulary_options.path = %r" % T5_VOCABULARY,)
+  return ()
+
+
+def plan_model(plan, row):
+  """The row's model kind (see plan.model_of)."""
+  from mtf_talking_heads.sweep import plan as plan_lib  # pylint: disable=g-import-not-at-top
+  return plan_lib.model_of(row, plan.gin_dir)
