@@ -238,6 +238,8 @@ def _check_data(job):
   """The TFDS data of the fine-tuning mixture, before anything runs; status."""
   if not (job.finetune and job.finetune.needs_data()):
     return 0
+  import os  # pylint: disable=g-import-not-at-top
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # one line, no TF noise
   from mtf_talking_heads import data  # pylint: disable=g-import-not-at-top,unused-import
   from mtf_talking_heads.training import errors  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.training import tfds_data  # pylint: disable=g-import-not-at-top

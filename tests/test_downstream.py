@@ -1,0 +1,324 @@
+"""The embedded downstream benchmark (data/downstream.py), its metrics
+(training/metrics.py), the TFDS data check (training/tfds_data.py) and the
+fine-tuning stage of `mtf_th sweep --finetune` (sweep/finetune.py) with a
+stand-in `mtf_th`; fast.  The real chain at tiny scale:
+tests/test_finetune_chain.py.
+"""
+import csv
+import os
+import re
+import sys
+import textwrap
+
+import pytest
+import seqio
+import t5.data
+
+from mtf_talking_heads import cli
+from mtf_talking_heads import data  # noqa: F401  (registers the tasks)
+from mtf_talking_heads import sweep
+from mtf_talking_heads.data import downstream
+from mtf_talking_heads.sweep import finetune as finetune_lib
+from mtf_talking_heads.training import errors
+from mtf_talking_heads.training import metrics
+from mtf_talking_heads.training import tfds_data
+
+LENGTHS = {"inputs": 160, "targets": 16}
+
+
+# ---------------------------------------------------------------------------
+# The tasks.
+
+def test_examples_are_deterministic_and_both_splits_are_filled():
+  docs = downstream._documents("validation")
+  assert downstream.continuation_examples(docs) == (
+      downstream.continuation_examples(list(docs)))
+  assert downstream.next_word_examples(docs) == (
+      downstream.next_word_examples(list(docs)))
+  for task in (downstream.CLASSIFICATION, downstream.SPAN):
+    for split in ("train", "validation"):
+      assert len(downstream.examples(task, split)) >= 100
+  labels = [e["targets"] for e in downstream.examples(
+      downstream.CLASSIFICATION, "train")]
+  assert set(labels) == {"yes", "no"}
+  assert 0.4 < labels.count("yes") / len(labels) < 0.6
+  # The splits come from disjoint documents.
+  train = {e["inputs"] for e in downstream.examples(downstream.SPAN, "train")}
+  assert not train & {e["inputs"] for e in downstream.examples(
+      downstream.SPAN, "validation")}
+
+
+def test_continuation_labels_follow_the_documents():
+  docs = ["Alpha beta gamma delta. Epsilon zeta eta theta.",
+          "One two three four. Five six seven eight.",
+          "Red green blue cyan. Black white grey pink."]
+  out = downstream.continuation_examples(docs)
+  pairs = {(d.split(". ")[0] + ".", d.split(". ")[1]) for d in docs}
+  for ex in out:
+    first, second = re.match(r"continuation sentence1: (.*) sentence2: (.*)",
+                             ex["inputs"]).groups()
+    assert ((first, second) in pairs) == (ex["targets"] == "yes")
+
+
+def test_every_answer_is_the_word_after_the_question_word_in_the_context():
+  for split in ("train", "validation"):
+    for ex in downstream.examples(downstream.SPAN, split):
+      word, context = re.match(
+          r'question: which word follows "(.*)"\? context: (.*)$',
+          ex["inputs"]).groups()
+      words = context.split()
+      assert words.count(word) == 1
+      assert words[words.index(word) + 1] == ex["targets"]
+      assert ex["answers"] == [ex["targets"]] and ex["targets"] in context
+
+
+def test_mixtures_are_examples_proportional_in_each_vocabulary():
+  for byte_level in (False, True):
+    cls, span, name = downstream.task_names(byte_level)
+    mixture = seqio.get_mixture_or_task(name)
+    rates = {t.name: mixture.get_rate(t) for t in mixture.tasks}
+    assert rates == {
+        cls: len(downstream.examples(downstream.CLASSIFICATION, "train")),
+        span: len(downstream.examples(downstream.SPAN, "train"))}
+  assert isinstance(seqio.get_mixture_or_task(
+      "th_embedded_next_word_bytes").output_features["targets"].vocabulary,
+                    seqio.ByteVocabulary)
+
+
+@pytest.mark.parametrize("name", ["th_embedded_continuation_bytes",
+                                  "th_embedded_next_word_bytes",
+                                  "th_embedded_next_word"])
+def test_metrics_of_perfect_and_empty_predictions(name):
+  task = seqio.get_mixture_or_task(name)
+  examples = metrics.task_examples(task, LENGTHS, "validation", 8)
+  assert len(examples) == 8
+  perfect = [ex["targets_pretokenized"].decode() for ex in examples]
+  best = metrics.metric_values(task, examples, perfect)
+  worst = metrics.metric_values(task, examples, [""] * 8)
+  expected = ({"accuracy"} if "continuation" in name else {"em", "f1"})
+  assert set(best) == set(worst) == expected
+  assert all(v == pytest.approx(100.0) for v in best.values())
+  assert all(v == 0.0 for v in worst.values())
+  # Half right: half of each.
+  half = perfect[:4] + [""] * 4
+  assert all(v == pytest.approx(50.0) for v in
+             metrics.metric_values(task, examples, half).values())
+
+
+def test_scored_tasks_refuses_a_pretraining_task():
+  assert [t.name for t in metrics.scored_tasks("th_finetune_embedded")] == [
+      "th_embedded_continuation", "th_embedded_next_word"]
+  with pytest.raises(errors.ConfigError, match="th_span_corruption has no "
+                     "task with a 'validation' split and metric_fns"):
+    metrics.scored_tasks("th_span_corruption")
+
+
+def test_downstream_results_csv_replaces_the_same_step(tmp_path):
+  row = dict(task="t", metric="f1", value=1.0, step=8, examples=4)
+  metrics.write_results(str(tmp_path), [row])
+  metrics.write_results(str(tmp_path), [dict(row, value=2.0),
+                                        dict(row, step=4, value=3.0)])
+  assert [(r["step"], r["value"]) for r in
+          metrics.read_results(str(tmp_path))] == [(4, 3.0), (8, 2.0)]
+  assert finetune_lib.read_downstream(str(tmp_path))[1]["value"] == 2.0
+
+
+# ---------------------------------------------------------------------------
+# The paper's mixture: TFDS data, vocabulary.
+
+def test_paper_mixture_data_check(tmp_path):
+  names = tfds_data.tfds_datasets(finetune_lib.PAPER_MIXTURE)
+  assert "squad/v1.1:3.0.0" in names and "glue/mnli_matched:1.0.0" in names
+  with pytest.raises(errors.ConfigError) as e:
+    tfds_data.check_data(finetune_lib.PAPER_MIXTURE, str(tmp_path))
+  assert "\n" not in str(e.value)
+  assert "%d TFDS datasets that --data_dir=%s lacks" % (len(names),
+                                                       tmp_path) in str(e.value)
+  _fake_tfds(tmp_path, names)
+  tfds_data.check_data(finetune_lib.PAPER_MIXTURE, str(tmp_path))
+  assert tfds_data.tfds_datasets("th_finetune_embedded") == []
+
+
+def test_constants_agree_with_t5():
+  assert finetune_lib.T5_VOCABULARY == t5.data.DEFAULT_SPM_PATH
+  assert finetune_lib.COLUMNS == sweep.results.FINETUNE_COLUMNS
+
+
+def _fake_tfds(root, names):
+  for n in names:
+    d = tfds_data.dataset_dir(str(root), n)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "dataset_info.json"), "w") as f:
+      f.write("{}")
+
+
+def test_dry_run_of_the_paper_mixture_prints_the_tpu_commands(tmp_path,
+                                                               capsys):
+  _fake_tfds(tmp_path / "tfds",
+             tfds_data.tfds_datasets(finetune_lib.PAPER_MIXTURE))
+  code = cli.main(["sweep", "--paper_table", "t5_heads", "--rows", "7",
+                   "--scale", "base", "--output_dir", "gs://bucket/t5",
+                   "--tpu", "my-tpu", "--tpu_zone", "europe-west4-a",
+                   "--finetune", "--finetune_mixture",
+                   finetune_lib.PAPER_MIXTURE,
+                   "--data_dir", str(tmp_path / "tfds"), "--dry_run"])
+  out, err = capsys.readouterr()
+  assert code == 0, err
+  commands = [l for l in out.splitlines() if l.startswith("mtf_th ")]
+  assert [c.split()[1] for c in commands] == [
+      "train", "train", "eval", "finetune", "eval"]
+  run = "gs://bucket/t5/runs/07_talking_heads_24_32/seed_1"
+  for c in commands:
+    assert "--tpu my-tpu --tpu_zone europe-west4-a" in c
+    assert finetune_lib.T5_VOCABULARY in c or "--metrics" in c
+  assert ("--pretrained_model_dir %s --model_dir %s/finetune" % (run, run)
+          in commands[3])
+  assert "experiments/finetune.gin" in commands[3]
+  assert "--checkpoint_step 524288" in commands[3]
+  assert "th_finetune_squad_glue_superglue" in commands[3]
+  assert commands[4].startswith("mtf_th eval --metrics --model_dir %s/finetune"
+                                % run)
+  for c in commands[3:]:
+    assert "--data_dir %s" % (tmp_path / "tfds") in c
+  assert "to step 655360" in out  # 524288 + 131072
+  assert "| SQuAD v1.1 dev-F1 | MNLI-m dev |" in out
+  assert "pre-flight of `mtf_th finetune` passed for all 1 rows" in err
+
+
+@pytest.mark.parametrize("args, pattern", [
+    (["--paper_table", "t5_heads", "--rows", "1", "--finetune",
+      "--finetune_mixture", finetune_lib.PAPER_MIXTURE],
+     "give --data_dir gs://BUCKET/tensorflow_datasets"),
+    (["--paper_table", "t5_heads", "--rows", "1", "--finetune",
+      "--finetune_mixture", finetune_lib.PAPER_MIXTURE, "--data_dir",
+      "{tmp}/none"], "reads 23 TFDS datasets that --data_dir={tmp}/none lacks"),
+    (["--paper_table", "bert_heads", "--rows", "1", "--finetune"],
+     "row 01_multi_head_12_64 is a bert model"),
+    (["--paper_table", "t5_heads", "--rows", "1", "--finetune_steps", "4"],
+     "--finetune_steps goes with --finetune"),
+    (["--paper_table", "encdec_heads", "--rows", "1", "--finetune",
+      "--finetune_mixture", "th_finetune_embedded"],
+     "was pre-trained on th_prefix_lm_bytes .bytes., so it needs "
+     "th_finetune_embedded_bytes"),
+    (["--paper_table", "t5_heads", "--rows", "1", "--finetune",
+      "--finetune_steps", "0"], "finetune_steps"),
+])
+def test_bad_finetune_input_is_one_line_and_status_2(args, pattern, tmp_path,
+                                                     capsys):
+  args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+  code = cli.main(["sweep", "--output_dir", str(tmp_path / "out")] + args)
+  _, err = capsys.readouterr()
+  assert code == 2
+  assert len(err.strip().splitlines()) == 1, err
+  assert re.search(pattern.replace("{tmp}", str(tmp_path)), err), err
+  assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------
+# The stage in a sweep, with a stand-in `mtf_th`.
+
+FAKE = textwrap.dedent('''
+    """Stand-in for mtf_th train|eval|finetune|eval --metrics (same files).
+
+    ln(PPL) 5 - step/1000; fine-tuning writes a checkpoint index at
+    --checkpoint_step + --finetune_steps; --metrics writes
+    downstream_results.csv with F1 = 40 + seed, EM = 30 + seed, accuracy =
+    60 + seed at that step.  One line per call in $FAKE_CALLS.
+    """
+    import argparse, os, re, sys
+    cmd = sys.argv[1]
+    p = argparse.ArgumentParser()
+    for flag in ("--model_dir", "--train_steps", "--checkpoint_steps",
+                 "--checkpoint_step", "--finetune_steps"):
+      p.add_argument(flag)
+    p.add_argument("--metrics", action="store_true")
+    a, _ = p.parse_known_args(sys.argv[2:])
+    with open(os.environ["FAKE_CALLS"], "a") as f:
+      f.write("%s%s %s\\n" % (cmd, " --metrics" if a.metrics else "", a.model_dir))
+    os.makedirs(a.model_dir, exist_ok=True)
+    seed = int(re.search(r"seed_(\\d+)", a.model_dir).group(1))
+    if cmd == "train":
+      with open(os.path.join(a.model_dir, "train_log.csv"), "w") as out:
+        out.write("step,loss,steps_per_sec,elapsed_sec\\n")
+        for s in range(1, int(a.train_steps) + 1):
+          out.write("%d,1.0,100,%.2f\\n" % (s, s / 100.0))
+      open(os.path.join(a.model_dir, "model.ckpt-%s.index" % a.train_steps), "w")
+    elif cmd == "finetune":
+      step = int(a.checkpoint_step) + int(a.finetune_steps)
+      with open(os.path.join(a.model_dir, "checkpoint"), "w") as out:
+        out.write('model_checkpoint_path: "model.ckpt-%d"\\n' % step)
+    elif a.metrics:
+      with open(os.path.join(a.model_dir, "checkpoint")) as f:
+        step = int(f.read().split("-")[-1].strip().strip('"'))
+      with open(os.path.join(a.model_dir, "downstream_results.csv"), "w") as out:
+        out.write("task,metric,value,step,examples\\n")
+        out.write("th_embedded_continuation,accuracy,%d,%d,8\\n" % (60 + seed, step))
+        out.write("th_embedded_next_word,em,%d,%d,8\\n" % (30 + seed, step))
+        out.write("th_embedded_next_word,f1,%d,%d,8\\n" % (40 + seed, step))
+    else:
+      with open(os.path.join(a.model_dir, "eval_results.csv"), "w") as out:
+        out.write("step,split,ln_ppl,tokens\\n")
+        for s in a.checkpoint_steps.split(","):
+          out.write("%s,validation,%.6f,1000\\n" % (s, 5 - int(s) / 1000.0))
+    ''')
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+  script = tmp_path / "fake_mtf_th.py"
+  script.write_text(FAKE)
+  calls = tmp_path / "calls.txt"
+  calls.write_text("")
+  monkeypatch.setenv("FAKE_CALLS", str(calls))
+  return [sys.executable, str(script)], calls
+
+
+def _sweep(out, launcher, finetune):
+  rows = sweep.paper_table_rows("t5_heads")[6:7]
+  return sweep.Sweep(rows, str(out), scale="tiny", seeds=2, train_steps=200,
+                     eval_steps=(100, 200), table="t5_heads", launcher=launcher,
+                     log=open(os.devnull, "w"), finetune=finetune)
+
+
+def _calls(calls):
+  return [l.split()[:-1] + [l.split()[-1].split("/seed_")[-1]]
+          for l in calls.read_text().splitlines()]
+
+
+def test_stage_fills_the_columns_and_resumes_by_stage(tmp_path, fake):
+  launcher, calls = fake
+  out = tmp_path / "sweep"
+  _sweep(out, launcher, None).run()  # pre-training only, then --finetune
+  assert [c[0] for c in _calls(calls)] == ["train", "eval"] * 2
+  ft1 = out / "runs" / "07_talking_heads_24_32" / "seed_1" / "finetune"
+  ft1.mkdir()
+  (ft1 / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-210"\n')
+  calls.write_text("")
+  job = _sweep(out, launcher, {"steps": 10, "max_eval_examples": 8})
+  job.run()
+  # seed 1 was fine-tuned already (step 200 + 10): only its metrics.
+  assert _calls(calls) == [["eval", "--metrics", "1/finetune"],
+                           ["finetune", "2/finetune"],
+                           ["eval", "--metrics", "2/finetune"]]
+  with open(out / "results.csv") as f:
+    records = list(csv.DictReader(f))
+  assert [(r["span_f1"], r["cls_accuracy"], r["finetune_step"],
+           r["downstream_mixture"]) for r in records] == [
+               ("41.0", "61.0", "210", "th_finetune_embedded"),
+               ("42.0", "62.0", "210", "th_finetune_embedded")]
+  md = (out / "results.md").read_text()
+  assert ("| embedded next-word F1 (not SQuAD) (std) | embedded continuation "
+          "acc. (not MNLI-m) (std) |") in md
+  assert "| 41.50 (0.71) | 61.50 (0.71) |" in md
+  assert "not those benchmarks" in md
+  down = (out / "downstream.md").read_text()
+  assert ("| th_embedded_continuation accuracy | th_embedded_next_word em | "
+          "th_embedded_next_word f1 |") in down
+  assert "| 61.50 (0.71) | 31.50 (0.71) | 41.50 (0.71) |" in down
+  # Rerun: every stage is recorded, nothing runs.
+  calls.write_text("")
+  _sweep(out, launcher, {"steps": 10, "max_eval_examples": 8}).run()
+  assert calls.read_text() == ""
+  # Other fine-tuning settings in the same output_dir are refused.
+  with pytest.raises(ValueError, match="finetune differ"):
+    _sweep(out, launcher, {"steps": 11}).run()

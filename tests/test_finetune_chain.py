@@ -1,0 +1,63 @@
+"""`mtf_th sweep --finetune` for real at tiny scale: pre-train -> fine-tune ->
+metrics on the embedded benchmark (the small byte-level encoder-decoder,
+models/encdec_tiny.gin, a few steps each), then a rerun that skips every
+finished stage.  About 3-4 minutes on 2 busy cores (five TensorFlow child
+processes), hence slow.
+"""
+import csv
+import os
+
+import pytest
+
+from mtf_talking_heads import cli
+
+ROW = "01_multi_head_4_32"
+
+
+@pytest.mark.slow
+def test_pretrain_finetune_metrics_then_rerun_skips(tmp_path, capsys):
+  out = tmp_path / "sweep"
+  argv = ["sweep", "--paper_table", "encdec_heads", "--rows", "1",
+          "--scale", "tiny", "--train_steps", "4", "--eval_steps", "2,4",
+          "--output_dir", str(out), "--finetune", "--finetune_steps", "4",
+          "--finetune_eval_examples", "8"]
+  assert cli.main(argv) == 0
+  first = capsys.readouterr().out
+  assert "fine-tuned to step 8 on th_finetune_embedded_bytes" in first
+  run = out / "runs" / ROW / "seed_1"
+  with open(run / "finetune" / "downstream_results.csv") as f:
+    scores = list(csv.DictReader(f))
+  assert sorted((r["task"], r["metric"], r["step"], r["examples"])
+                for r in scores) == [
+                    ("th_embedded_continuation_bytes", "accuracy", "8", "8"),
+                    ("th_embedded_next_word_bytes", "em", "8", "8"),
+                    ("th_embedded_next_word_bytes", "f1", "8", "8")]
+  for r in scores:
+    assert 0.0 <= float(r["value"]) <= 100.0
+  values = {(r["task"], r["metric"]): float(r["value"]) for r in scores}
+  with open(out / "results.csv") as f:
+    record, = list(csv.DictReader(f))
+  assert record["downstream_mixture"] == "th_finetune_embedded_bytes"
+  assert record["finetune_step"] == "8"
+  assert float(record["span_f1"]) == pytest.approx(
+      values[("th_embedded_next_word_bytes", "f1")])
+  assert float(record["cls_accuracy"]) == pytest.approx(
+      values[("th_embedded_continuation_bytes", "accuracy")])
+  assert float(record["final_ln_ppl"]) > 0
+  table = [l for l in (out / "results.md").read_text().splitlines()
+           if l.startswith("| multi-head")][0]
+  cells = [c.strip() for c in table.strip("|").split("|")]
+  assert cells[8] == "%.2f" % float(record["span_f1"])
+  assert cells[9] == "%.2f" % float(record["cls_accuracy"])
+  down = (out / "downstream.md").read_text()
+  assert "th_embedded_next_word_bytes f1" in down
+  # The fine-tuning started from the pre-training's last checkpoint.
+  log = (run / "finetune" / "sweep.log").read_text()
+  assert "--checkpoint_step 4" in log and "[finetune] from " in log
+  # Rerun: every stage is finished; no command runs.
+  logs = [(run / "sweep.log").read_text(), log]
+  assert cli.main(argv) == 0
+  assert "1 runs, 1 already recorded" in capsys.readouterr().out
+  assert [(run / "sweep.log").read_text(),
+          (run / "finetune" / "sweep.log").read_text()] == logs
+  assert os.path.exists(run / "finetune" / "checkpoint")
