@@ -322,3 +322,54 @@ def test_stage_fills_the_columns_and_resumes_by_stage(tmp_path, fake):
   # Other fine-tuning settings in the same output_dir are refused.
   with pytest.raises(ValueError, match="finetune differ"):
     _sweep(out, launcher, {"steps": 11}).run()
+
+
+# ---------------------------------------------------------------------------
+# Fine-tuning settings per model kind (gin/experiments/finetune*.gin).
+
+@pytest.mark.parametrize("files, optimizer, schedule, expected", [
+    (["models/t5_base.gin", "experiments/finetune.gin"],
+     "optimize.AdafactorOptimizer",
+     "learning_rate_schedules.constant_learning_rate",
+     {"learning_rate_schedules.constant_learning_rate.learning_rate": 1e-3,
+      "finetune_steps": 131072, "dropout_rate": 0.1,
+      "MIXTURE_NAME": "th_finetune_squad_glue_superglue"}),
+    (["models/bert_base.gin", "experiments/finetune_bert.gin"],
+     "mtf_th.BertAdamOptimizer", "mtf_th.finetune_warmup_linear_decay",
+     {"mtf_th.finetune_warmup_linear_decay.learning_rate": 5e-5,
+      "mtf_th.finetune_warmup_linear_decay.warmup_steps": 821,
+      "finetune_steps": 8212, "utils.run.batch_size": 32,
+      "dropout_rate": 0.1, "mtf_th.BertAdamOptimizer.weight_decay_rate": 0.01,
+      "MIXTURE_NAME": "th_mlm"}),
+    (["models/albert_base.gin", "experiments/finetune_albert.gin"],
+     "mtf_th.BertAdamOptimizer", "mtf_th.finetune_warmup_linear_decay",
+     {"mtf_th.finetune_warmup_linear_decay.learning_rate": 5e-5,
+      "mtf_th.finetune_warmup_linear_decay.warmup_steps": 365,
+      "finetune_steps": 3649, "utils.run.batch_size": 48,
+      "dropout_rate": 0.0, "MIXTURE_NAME": "th_mlm_sop"}),
+])
+def test_finetune_settings_per_model_kind(files, optimizer, schedule,
+                                          expected):
+  from mtf_talking_heads import models  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
+  training.parse_gin(files)
+  assert models.query("utils.run.optimizer").selector == optimizer
+  assert models.query("utils.run.learning_rate_schedule").selector == schedule
+  assert {k: models.query(k) for k in expected} == expected
+  assert models.query("utils.run.variable_filter") is None or (
+      "embedding" in models.query("utils.run.variable_filter"))
+
+
+def test_finetune_schedule_counts_from_the_first_fine_tuning_step():
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.training import finetuning  # pylint: disable=g-import-not-at-top
+  steps = [125000, 125500, 126000, 130500, 135000]
+  with tf.Graph().as_default():
+    step = tf.placeholder(tf.int64, [])
+    rate = finetuning.finetune_warmup_linear_decay(
+        step, 135000, learning_rate=3e-5, warmup_steps=1000,
+        start_step=125000)
+    with tf.Session() as sess:
+      values = [sess.run(rate, {step: s}) for s in steps]
+  assert values == pytest.approx([0.0, 1.5e-5, 2.7e-5, 1.35e-5, 0.0],
+                                 abs=1e-10)
