@@ -53,8 +53,13 @@ def check_data(mixture_or_task_name, data_dir=None, flag="--data_dir"):
     data_dir: the TFDS data directory (None: TFDS's default).
     flag: the option named in the message.
   """
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
   where = data_dir or default_data_dir()
-  missing = missing_datasets(mixture_or_task_name, where)
+  try:
+    missing = missing_datasets(mixture_or_task_name, where)
+  except tf.errors.OpError as e:  # e.g. a bucket that cannot be reached
+    raise errors.ConfigError("cannot read %s=%s: %s" % (
+        flag, where, str(e.message).splitlines()[0])) from None
   if missing:
     raise errors.ConfigError(
         "%s reads %d TFDS datasets that %s=%s lacks (%s%s): prepare them "
