@@ -36,7 +36,9 @@ The package, one job per file:
   report.py      summaries, the markdown table, Reporter (results.md,
                  comparison.md, plots).
   plots.py       the matplotlib figures.
-  job.py         Sweep = Plan + Runner + Reporter.
+  finetune.py    the --finetune stage: its commands, state, downstream
+                 columns and downstream.md.
+  job.py         Sweep = Plan + Runner + Reporter (+ Finetune).
   lazy.py        progress.py (TensorFlow) imported at first use.
 Importing the package imports no TensorFlow and no matplotlib.
 

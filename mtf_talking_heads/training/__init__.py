@@ -49,9 +49,11 @@ The package, one job per file:
   loop.py         mtf_th.train_model and train().
   evaluation.py   mtf_th.evaluate_checkpoints and evaluate().
   decoding.py     decode().
-  finetuning.py   finetune() (paper section 7.1).
+  finetuning.py   finetune() (paper section 7.1) and BERT's / ALBERT's
+                  fine-tuning schedule.
   metrics.py      score(): downstream metrics (seqio metric_fns) of a
                   fine-tuned checkpoint, downstream_results.csv.
+  tfds_data.py    --data_dir: t5's TFDS tasks read from it, checked first.
 gin/mtf_th.gin imports this package, which registers every mtf_th.*
 configurable above.
 """
