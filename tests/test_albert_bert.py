@@ -267,3 +267,19 @@ def test_768_heads_bert_passes_preflight_with_the_batch_split_layout():
                              settings.layout_string, 252, 512)
   with gin.unlock_config():
     gin.clear_config()
+
+
+def test_preflight_runs_the_strategy_and_optimizer_checks():
+  files = ["experiments/bert_heads/10_talking_heads_768_1.gin",
+           "layouts/talking_heads_batch_split.gin"]
+  try:
+    training.parse_gin(files, ["batch_size = 252"])
+    with pytest.raises(training.ConfigError,
+                       match=r"not a multiple of 8.*strategy BatchSplit"):
+      training.preflight()
+    training.parse_gin(files, ["mtf_th.warmup_linear_decay.warmup_steps = -1"])
+    with pytest.raises(training.ConfigError, match="warmup_steps"):
+      training.preflight()
+  finally:
+    with gin.unlock_config():
+      gin.clear_config()

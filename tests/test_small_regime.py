@@ -296,3 +296,14 @@ def test_side_by_side_step_times_replace_the_runs_own(tmp_path):
   comparison.write(str(tmp_path), rows, 1, model_dir, {})
   assert "measured side by side" in (
       tmp_path / comparison.COMPARISON_MD).read_text()
+
+
+def test_demo_equal_time_cell_before_the_first_evaluation():
+  """A load spike can put the equal-time step before the first evaluation:
+  the demo's table says so instead of crashing."""
+  from mtf_talking_heads.commands import demo  # pylint: disable=g-import-not-at-top
+  curve = comparison.Curve({250: 2.6, 500: 2.3}, step_time=0.1)
+  assert demo._at_time(curve, 375.0) == "2.450 (step 375)"
+  assert demo._at_time(curve, 120.0) == (
+      "n/a (step 120, before the first evaluation at step 250)")
+  assert demo._at_time(curve, None) == "n/a"

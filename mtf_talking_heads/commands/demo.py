@@ -130,6 +130,17 @@ def _cell(value, fmt):
   return "n/a" if value is None or value != value else fmt % value
 
 
+def _at_time(curve, step):
+  """The equal-time cell: the loss at `step`, or why there is none."""
+  if step is None:
+    return "n/a"
+  value = curve.at_step(step)
+  if value is None:  # e.g. a load spike made one run 4x slower
+    return "n/a (step %d, before the first evaluation at step %d)" % (
+        round(step), curve.steps[0])
+  return "%.3f (step %d)" % (value, round(step))
+
+
 def report(job, comparison, elapsed, png, recorded_path=RECORDED):
   """The demo's markdown: equal steps, equal time, steps/s, costs."""
   mh, th = job.rows
@@ -154,8 +165,7 @@ def report(job, comparison, elapsed, png, recorded_path=RECORDED):
         row.label, row.heads, row.d_k, costs[row.name]["params"],
         costs[row.name]["multiplies"], _cell(1.0 / curve.step_time, "%.2f"),
         curve.at_step(rec["final_step"]),
-        "n/a" if step is None else "%.3f (step %d)" % (curve.at_step(step),
-                                                       round(step))))
+        _at_time(curve, step)))
   recorded = _recorded(comparison, recorded_path)
   ratio = rec["step_time_sec"] / rec["baseline_step_time_sec"]
   if rec["steps_multiplier"] is not None:

@@ -12,6 +12,7 @@ import mesh_tensorflow as mtf
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import models
+from mtf_talking_heads import optimizers
 from mtf_talking_heads import validation
 from mtf_talking_heads.training import devices
 from mtf_talking_heads.training import errors
@@ -95,6 +96,8 @@ def check_settings(settings, description, num_devices=None):
             strict=False)
       except ValueError as e:
         raise errors.ConfigError("%s (layout %r)" % (e, settings.layout_string))
+      _check_strategy(layer, settings, dims["batch"],
+                      dims.get("length") or lengths[-1])
   # -- sequence lengths
   lengths = settings.sequence_length
   for key in ("inputs", "targets"):
@@ -125,6 +128,21 @@ def check_settings(settings, description, num_devices=None):
             "sequence_length[%r] = %d is not divisible by mesh dimension %s:%d "
             "(layout length:%s)" % (key, value, axis.name, axis.size,
                                     axis.name))
+
+
+def _check_strategy(layer, settings, batch, length):
+  """The layer's sharding strategy's own check (e.g. BatchSplit: batch % P)."""
+  strategy = getattr(layer, "strategy", None)
+  if strategy is None or not hasattr(strategy, "check"):
+    return
+  mesh_shape = ";".join("%s:%d" % (d.name, d.size)
+                        for d in settings.mesh_shape.dims)
+  try:
+    strategy.check(layer.dims, mesh_shape, settings.layout_string or "",
+                   batch, length)
+  except ValueError as e:
+    raise errors.ConfigError("%s (strategy %s, mesh_shape %r, layout %r)" % (
+        e, type(strategy).__name__, mesh_shape, settings.layout_string))
 
 
 def _check_span_lengths(settings):
@@ -181,6 +199,10 @@ def preflight(tpu=None):
                              % e)
   num_devices = None if tpu else devices.available_cpu_devices()
   check_settings(settings, description, num_devices)
+  try:
+    optimizers.check_settings()
+  except ValueError as e:
+    raise errors.ConfigError(str(e))
   return settings, description
 
 
