@@ -1,6 +1,6 @@
 """Each attention variant against multi-head attention, from a sweep's runs.
 
-A sweep (sweep.py) trains rows x seeds; every run leaves a held-out curve
+A sweep (the sweep package) trains rows x seeds; every run leaves a held-out curve
 (<run>/eval_results.csv: ln(PPL) at each evaluated step) and its training
 log (<run>/train_log.csv: steps/s).  This module pairs every row with the
 multi-head row of the same head count (the paper's comparison: equal

@@ -5,10 +5,13 @@ Unitransformer (BERT, ALBERT) with this package's attention layers, described
 entirely by the gin files under the repository's ``gin/`` directory::
 
   gin/mtf_th.gin            plumbing: train loop, seed, mesh, dtype, optimiser
-  gin/models/               t5_base, t5_tiny, bert_base, bert_tiny, albert_base, albert_tiny
+  gin/models/               t5_base, bert_base, albert_base, lm_small,
+                            encdec_small (each with a *_tiny)
   gin/attention/            one file per variant (binds the mtf_th layer classes)
-  gin/objectives/           span_corruption (T5), mlm (BERT, ALBERT)
-  gin/layouts/              data_parallel, heads_parallel, batch_model
+  gin/objectives/           span_corruption (T5), mlm (BERT), mlm_sop
+                            (ALBERT), lm_bytes, prefix_lm_bytes
+  gin/layouts/              data_parallel, heads_parallel, batch_model,
+                            talking_heads_batch_split
   gin/experiments/<table>/  one file per row of the paper's tables
 
 Importing this module puts ``gin/`` on gin's search path, so
@@ -19,7 +22,7 @@ directory, for ``mtf_th`` and for ``t5_mesh_transformer
 This module also reads a parsed configuration without building a graph:
 ``describe()`` instantiates the configured layer stacks (cheap Python
 objects) and reports every tensor dimension the model will have, which the
-pre-flight checks in training.py compare with the mesh and layout.
+pre-flight checks in training/checks.py compare with the mesh and layout.
 """
 import collections
 import logging
@@ -29,7 +32,7 @@ import gin
 import mesh_tensorflow as mtf
 from mesh_tensorflow.transformer import transformer
 
-# models.gin_dir() is public too (training.py, setup.py's comment, tests)
+# models.gin_dir() is public too (the training package, setup.py's comment, tests)
 from mtf_talking_heads.gin_paths import gin_dir  # pylint: disable=unused-import
 
 MTF_DEFAULTS_GIN = os.path.join(os.path.dirname(transformer.__file__), "gin",

@@ -1,4 +1,4 @@
-"""Tests for mtf_talking_heads/sweep.py and `mtf_th sweep` (docs/sweeps.md).
+"""Tests for the mtf_talking_heads/sweep package and `mtf_th sweep` (docs/sweeps.md).
 
 * Dry runs of every paper table: the printed params / multiplies per
   attention layer equal the paper's printed figures wherever those follow from
@@ -7,7 +7,7 @@
 * Grid specs: the explicit-values path reproduces Table 1's rows; unknown
   dims and inconsistent ties are ValueErrors naming the culprit.
 * The sweep machinery end to end with a stand-in `mtf_th` (a small script that
-  writes train_log.csv / eval_results.csv the way training.py does, with
+  writes train_log.csv / eval_results.csv the way the training package does, with
   known numbers): CSV, markdown, PNGs, means / stds, resume after a failure,
   rerun skips.  Fast, in the default run.
 * One real 2-row tiny sweep through `mtf_th sweep` (slow).
