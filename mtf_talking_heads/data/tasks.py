@@ -256,7 +256,7 @@ def lm(dataset, sequence_length, output_features):
   """Language modelling: each document as targets, cut into pieces of at
   most sequence_length["targets"] - 1 tokens (room for EOS); training and
   evaluation pack the short pieces together (mesh_train_dataset_fn,
-  training._eval_dataset)."""
+  training/evaluation.py)."""
   return t5_preprocessors.split_tokens_to_targets_length(
       dataset, sequence_length=_lengths(sequence_length),
       output_features=output_features)
