@@ -60,6 +60,29 @@ def parse(parser, argv):
     return 2
 
 
+def run_text_command(parser, run, argv):
+  """Parses argv, prints run(args)'s text; bad input is one line, exit 2.
+
+  Args:
+    parser: the subcommand's ArgumentParser (its prog names the command).
+    run: args -> text to print; raises UsageError or ValueError on bad input.
+    argv: the arguments after the subcommand (None: sys.argv[1:]).
+  Returns:
+    the exit status.
+  """
+  argv = list(sys.argv[1:] if argv is None else argv)
+  args = parse(parser, argv)
+  if isinstance(args, int):
+    return args
+  try:
+    text = run(args)
+  except (UsageError, ValueError) as e:
+    print("%s: error: %s" % (parser.prog, e), file=sys.stderr)
+    return 2
+  sys.stdout.write(text)
+  return 0
+
+
 def format_table(columns, rows, fmt, text_columns=("variant",)):
   """Rows as CSV (fmt="csv") or a markdown table (fmt="md").
 

@@ -156,17 +156,7 @@ def _run(args):
 
 
 def main(argv=None):
-  argv = list(sys.argv[1:] if argv is None else argv)
-  args = commands.parse(_build_parser(), argv)
-  if isinstance(args, int):
-    return args
-  try:
-    text = _run(args)
-  except (commands.UsageError, ValueError) as e:
-    print("%s: error: %s" % (PROG, e), file=sys.stderr)
-    return 2
-  sys.stdout.write(text)
-  return 0
+  return commands.run_text_command(_build_parser(), _run, argv)
 
 
 if __name__ == "__main__":
