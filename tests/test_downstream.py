@@ -13,6 +13,7 @@ import textwrap
 import pytest
 import seqio
 import t5.data
+from t5.evaluation import qa_utils
 
 from mtf_talking_heads import cli
 from mtf_talking_heads import data  # noqa: F401  (registers the tasks)
@@ -70,6 +71,7 @@ def test_every_answer_is_the_word_after_the_question_word_in_the_context():
       assert words.count(word) == 1
       assert words[words.index(word) + 1] == ex["targets"]
       assert ex["answers"] == [ex["targets"]] and ex["targets"] in context
+      assert qa_utils.normalize_squad(ex["targets"])  # not an article
 
 
 def test_mixtures_are_examples_proportional_in_each_vocabulary():

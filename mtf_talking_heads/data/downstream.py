@@ -37,6 +37,7 @@ import re
 import seqio
 from t5.data import postprocessors as t5_postprocessors
 from t5.evaluation import metrics as t5_metrics
+from t5.evaluation import qa_utils
 import tensorflow.compat.v2 as tf
 
 from mtf_talking_heads.data import corpus
@@ -101,13 +102,17 @@ def next_word_example(sentence):
   """A span example from one sentence, or None when no word is usable.
 
   The question word w is a plain word that occurs once in the sentence and
-  is not its last word; a hash of the sentence picks it among those.
+  is not its last word, and its successor is not an article (SQuAD's
+  normalisation drops "a", "an", "the", so such an answer would be empty
+  and match an empty prediction); a hash of the sentence picks w among
+  those.
   Example: "the cat sat on a mat" may give w="sat", answer "on".
   """
   words = sentence.split()
   candidates = [k for k in range(len(words) - 1)
                 if _CLEAN.match(words[k]) and words.count(words[k]) == 1
-                and _CLEAN.match(words[k + 1])]
+                and _CLEAN.match(words[k + 1])
+                and qa_utils.normalize_squad(words[k + 1])]
   if not candidates:
     return None
   k = candidates[_hash(sentence) % len(candidates)]
