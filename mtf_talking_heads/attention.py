@@ -165,10 +165,43 @@ def compute_r(a, p_dynamic, d_a):
   return _float32(mtf.einsum([a, p_dynamic], reduced_dims=[d_a]))
 
 
-def compute_l(j, p_l, dims, dynamic_l=(), bias=None):
-  """L[n, m, h] = einsum(J, P_l) + sum of einsum(J, R_l) for each dynamic term.
+def fold_dynamic(p, dynamic):
+  """The projections to einsum J (or W) with: P + R_0, then the other R's.
 
-  Without P_l (heads_k == heads) L is J.
+  Appendix A writes L = einsum(J, P_l) + einsum(J, R_Xl) + einsum(J, R_Ml),
+  one n x m x h_k x h einsum per term.  An R that has no memory-length dim
+  (R_Xl[n, h_k, h]) can be added to P_l before the einsum at the cost of
+  n x h_k x h additions, so L = einsum(J, P_l + R_Xl) costs what the static
+  projection alone does -- the count of the paper's dynamic tables.  This
+  folds the static projection into the first R, as mesh_tensorflow's
+  TalkingHeadsSelfAttention.talking_heads does; callers list the X-dependent
+  R first, so R_Xl (R_Xw) is folded when present, else R_Ml (R_Mw).  A
+  memory-dependent R after it stays its own einsum: folding it too would
+  build an [n, m, h_k, h] projection (n x m x h_k x h numbers, h_k x h
+  times J's size) for no fewer multiplies.
+
+  Example:
+    p: P_l[heads_k=12, heads=12]; dynamic: [R_Xl[batch, length, heads_k,
+    heads], R_Ml[batch, memory_length, heads_k, heads]] ->
+    [P_l + R_Xl: [batch, length, heads_k, heads], R_Ml]
+
+  Args:
+    p: P_l[h_k, h] or P_w[h, h_v].
+    dynamic: the R tensors that add to p (float32), X-dependent first.
+  Returns:
+    a list of float32 tensors, 1 + max(0, len(dynamic) - 1) long.
+  """
+  p = _float32(p)
+  if not dynamic:
+    return [p]
+  return [p + dynamic[0]] + list(dynamic[1:])
+
+
+def compute_l(j, p_l, dims, dynamic_l=(), bias=None):
+  """L[n, m, h] = einsum(J, P_l + R_Xl) + einsum(J, R_Ml) (appendix A, folded).
+
+  The dynamic terms are folded as fold_dynamic says: one einsum of J per
+  projection fold_dynamic returns.  Without P_l (heads_k == heads) L is J.
 
   Args:
     j: J[..., n, m, h_k] float32.
@@ -191,9 +224,10 @@ def compute_l(j, p_l, dims, dynamic_l=(), bias=None):
   if p_l is None:
     l = j
   else:
-    l = mtf.einsum([j, _float32(p_l)], reduced_dims=[dims.heads_k])
-    for r in dynamic_l:
-      l += mtf.einsum([j, r], reduced_dims=[dims.heads_k])
+    l = None
+    for p in fold_dynamic(p_l, dynamic_l):
+      term = mtf.einsum([j, p], reduced_dims=[dims.heads_k])
+      l = term if l is None else l + term
   if bias is not None:
     l += _float32(bias)
   return l
@@ -212,7 +246,7 @@ def compute_w(l, memory_length):
 
 
 def compute_u(w, p_w, dims, dynamic_w=()):
-  """U[n, m, h_v] = einsum(W, P_w) + sum of einsum(W, R_w) per dynamic term.
+  """U[n, m, h_v] = einsum(W, P_w + R_Xw) + einsum(W, R_Mw) (folded as in L).
 
   Without P_w (heads == heads_v) U is W.
 
@@ -234,9 +268,10 @@ def compute_u(w, p_w, dims, dynamic_w=()):
         "and heads_v as different dims) or drop dynamic_w" % len(dynamic_w))
   if p_w is None:
     return w
-  u = mtf.einsum([w, _float32(p_w)], reduced_dims=[dims.heads])
-  for r in dynamic_w:
-    u += mtf.einsum([w, r], reduced_dims=[dims.heads])
+  u = None
+  for p in fold_dynamic(p_w, dynamic_w):
+    term = mtf.einsum([w, p], reduced_dims=[dims.heads])
+    u = term if u is None else u + term
   return u
 
 

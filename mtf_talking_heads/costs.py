@@ -13,12 +13,22 @@ d_X = d_M = d_Y = ``d_model``:
   * multiplies: the cost of every einsum of the pseudocode, line by line, as
     given in its comments (the product of all dimensions involved).
 
+Dynamic projections (appendix A) are counted as the layers compute them
+(``fold_dynamic="code"``, the default; attention.fold_dynamic): per
+projection, the static P_l (P_w) plus the first dynamic R (R_Xl if present,
+else R_Ml) in one n*m*h*h_k (n*m*h*h_v) einsum, and one more such einsum for
+R_Ml (R_Mw) when an X term is there too.  Two other counts:
+
+  * ``fold_dynamic="paper"`` (or True): every dynamic term added to the static
+    projection before a single einsum, as the paper's tables tab:dp and
+    tab:dp_individual print (equal to "code" with one term per projection).
+  * ``fold_dynamic="none"`` (or False): the pseudocode's separate n*m einsum
+    per dynamic term.
+
 Two figures in the paper do not follow from its pseudocode (docs/costs.md):
 
-  * Dynamic projections (tables tab:dp, tab:dp_individual) are counted as if
-    every dynamic term were added to the static projection before a single
-    einsum; ``fold_dynamic=True`` reproduces that, the default counts the
-    pseudocode's separate n*m*h*h_k (or n*m*h*h_v) einsum per dynamic term.
+  * Dynamic projections are printed folded ("paper" above), the pseudocode
+    writes one einsum per term ("none").
   * General bilinear attention (table tab:t5) is printed as 7.650e9; the
     pseudocode's cheapest evaluation order costs 1.208e10, which is what we
     report (``paper_multiplies_note`` below).
@@ -34,6 +44,9 @@ import numbers
 VARIANTS = ("multi_head", "talking_heads", "project_logits",
             "project_weights", "general_bilinear")
 DYNAMIC_TERMS = ("x2l", "m2l", "x2w", "m2w")
+# How dynamic terms are counted: as the layers compute them, as the paper's
+# tables print them, or as the pseudocode writes them (module docstring).
+FOLDINGS = ("code", "paper", "none")
 COLUMNS = ("variant", "heads_k", "heads", "heads_v", "d_k", "d_v",
            "params", "multiplies")
 
@@ -128,8 +141,19 @@ def _parse_dynamic(dynamic):
   return tuple(t for t in DYNAMIC_TERMS if t in items)
 
 
+def _parse_folding(fold_dynamic):
+  """One of FOLDINGS from a FOLDINGS name or a bool (True: paper, False: none)."""
+  if isinstance(fold_dynamic, bool):
+    return "paper" if fold_dynamic else "none"
+  if isinstance(fold_dynamic, str) and fold_dynamic in FOLDINGS:
+    return fold_dynamic
+  raise ValueError("fold_dynamic must be one of %s (or True for 'paper', "
+                   "False for 'none'), got %r"
+                   % (", ".join(repr(f) for f in FOLDINGS), fold_dynamic))
+
+
 def resolve_config(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
-                   length, dynamic=(), fold_dynamic=False):
+                   length, dynamic=(), fold_dynamic="code"):
   """Validates the arguments of attention_costs; returns them normalized.
 
   heads_k / heads_v may be None: they then take the value the variant implies
@@ -189,9 +213,7 @@ def resolve_config(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
           "dynamic term %r adds to the weights projection P_w, which variant "
           "%r does not have; use variant='talking_heads' or "
           "'project_weights', or drop %r" % (term, variant, term))
-  if not isinstance(fold_dynamic, bool):
-    raise ValueError("fold_dynamic must be True or False, got %r"
-                     % (fold_dynamic,))
+  fold_dynamic = _parse_folding(fold_dynamic)
   return dict([
       ("variant", variant), ("heads_k", heads_k), ("heads", heads),
       ("heads_v", heads_v), ("d_k", d_k), ("d_v", d_v), ("d_model", d_model),
@@ -200,7 +222,7 @@ def resolve_config(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
 
 
 def attention_terms(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
-                    length, dynamic=(), fold_dynamic=False):
+                    length, dynamic=(), fold_dynamic="code"):
   """The itemized costs behind attention_costs (same arguments).
 
   Returns the resolved configuration (see resolve_config) plus
@@ -216,7 +238,9 @@ def attention_terms(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
   produces: Q, K, V, J (the dot products; called L when no P_l follows), L,
   U, O, Y, R_Xl ... R_Mw (dynamic projections), and L_Xl, L_Ml, U_Xw, U_Mw
   for the einsum of J (or W) with R_Xl, R_Ml (R_Xw, R_Mw) -- the latter are
-  left out when fold_dynamic is True.  General bilinear: XP = X.P, L = XP.M,
+  counted per fold_dynamic: all of them with "none", none with "paper", and
+  with "code" only L_Ml (U_Mw) when the X term is there too (its R_X is
+  folded into L's (U's) einsum, see attention.fold_dynamic).  General bilinear: XP = X.P, L = XP.M,
   WM = W.M, Y = WM.Q.
   """
   cfg = resolve_config(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
@@ -261,9 +285,10 @@ def attention_terms(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
         mults[r_name] = (n if src == "X" else m, d) + mixed
       if has_p:
         mults[name] = (n, m, h, other)
-        if not fold_dynamic:
-          for _, _, dynamic_name, _ in dynamic:
-            mults[dynamic_name] = (n, m, h, other)
+        unfolded = {"none": dynamic, "paper": [],
+                    "code": dynamic[1:]}[cfg["fold_dynamic"]]
+        for _, _, dynamic_name, _ in unfolded:
+          mults[dynamic_name] = (n, m, h, other)
     mults["O"] = (n, m, d_v, h_v)
     mults["Y"] = (n, d, d_v, h_v)
 
@@ -274,7 +299,7 @@ def attention_terms(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
 
 
 def attention_costs(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
-                    length, dynamic=(), fold_dynamic=False):
+                    length, dynamic=(), fold_dynamic="code"):
   """Parameters and multiplies of one attention layer.
 
   Args:
@@ -288,8 +313,11 @@ def attention_costs(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
     length: n = m (queries = memory positions).
     dynamic: subset of DYNAMIC_TERMS ("x2l", "m2l", "x2w", "m2w"), as a
       sequence or a comma-separated string (appendix A).
-    fold_dynamic: count each dynamic term as folded into the static
-      projection's einsum, as the paper's dynamic-projection tables do.
+    fold_dynamic: how the dynamic terms' n*m einsums are counted, one of
+      FOLDINGS: "code" (default) as the layers compute them, "paper" (or
+      True) all folded into the static projection's einsum as the paper's
+      dynamic tables print, "none" (or False) one einsum per term as the
+      pseudocode writes.
 
   Returns:
     dict with keys COLUMNS: variant, heads_k, heads, heads_v, d_k, d_v (the
@@ -320,7 +348,7 @@ def round_sig4(x):
 # The paper's tables (d_model = 768, n = m = 512), as printed.
 # heads_k / heads_v are None where the paper leaves them blank.  multiplies is
 # the printed value (4 significant digits).  The dynamic-projection tables
-# count multiplies with fold_dynamic=True (see module docstring).
+# count multiplies with fold_dynamic="paper" (see module docstring).
 
 PaperRow = collections.namedtuple(
     "PaperRow", ["label", "variant", "heads_k", "heads", "heads_v", "d_k",
@@ -405,7 +433,7 @@ PAPER_MISMATCHES = {
 
 
 def paper_row_costs(row):
-  """Our costs for a PaperRow, counted the paper's way (fold_dynamic=True).
+  """Our costs for a PaperRow, counted the paper's way (fold_dynamic="paper").
 
   Returns attention_costs' dict plus paper_params, paper_multiplies and
   params_match / multiplies_match (multiplies compared at the paper's 4
@@ -413,7 +441,7 @@ def paper_row_costs(row):
   """
   result = attention_costs(
       row.variant, row.heads_k, row.heads, row.heads_v, row.d_k, row.d_v,
-      PAPER_D_MODEL, PAPER_LENGTH, dynamic=row.dynamic, fold_dynamic=True)
+      PAPER_D_MODEL, PAPER_LENGTH, dynamic=row.dynamic, fold_dynamic="paper")
   result["paper_params"] = row.params
   result["paper_multiplies"] = row.multiplies
   result["params_match"] = result["params"] == row.params

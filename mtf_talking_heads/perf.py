@@ -158,20 +158,21 @@ Attributes:
   dynamic_einsums: how many n x m einsums a talking-heads projection with
     dynamic terms runs: "mtf" (mtf 0.1.x, which the paper used: the static
     projection is added to the first dynamic term, one einsum per dynamic
-    term), "separate" (one per term plus the static one: this project's
-    layers, costs.py's default count) or "folded" (one: costs.py's
-    fold_dynamic, the paper's multiplies column).
+    term; this project's layers fold the same way, attention.fold_dynamic,
+    costs.py's default count), "separate" (one per term plus the static one:
+    the appendix A pseudocode, costs.py's fold_dynamic="none") or "folded"
+    (one: costs.py's fold_dynamic="paper", the paper's multiplies column).
 """
 IMPLEMENTATIONS = {
     # mesh_tensorflow 0.1.x layers on TPU as the paper ran them: bfloat16
     # activations, softmax in bfloat16 too (docs/tpu.md, stack README).
     "mtf": Implementation("mtf", 2, 2, 4, "mtf"),
     # this project's layers on TPU: bfloat16 activations, float32 logits
-    # and softmax (docs/tpu.md), each dynamic term its own einsum.
-    "mtf_th": Implementation("mtf_th", 2, 4, 4, "separate"),
+    # and softmax (docs/tpu.md), dynamic terms folded as mtf folds them.
+    "mtf_th": Implementation("mtf_th", 2, 4, 4, "mtf"),
     # this project's layers in float32 (the CPU runs: activation_dtype
     # float32 in gin/mtf_th.gin).
-    "mtf_th_float32": Implementation("mtf_th_float32", 4, 4, 4, "separate"),
+    "mtf_th_float32": Implementation("mtf_th_float32", 4, 4, 4, "mtf"),
 }
 
 # HBM passes over the elements of element-wise work, forward + backward

@@ -170,6 +170,17 @@ def _model_layout(context):
   return MeshLayout(mesh_shape, layout)
 
 
+def _required_model_layout(context, strategy):
+  """_model_layout(context), or a ValueError naming how to provide it."""
+  mesh = _model_layout(context)
+  if mesh is None:
+    raise ValueError(
+        "%s reads the layout from the model: build the Unitransformer / "
+        "Bitransformer with layout= and mesh_shape= (t5's "
+        "utils.build_model does)" % type(strategy).__name__)
+  return mesh
+
+
 def _size_of(tensor, name):
   for d in tensor.shape.dims:
     if d.name == name:
@@ -359,7 +370,8 @@ def _mix_heads(x, p, reduced, new, dynamic):
     reduced: heads_k (J) or heads (W).
     new: heads (L) or heads_v (U).
     dynamic: the dynamic R tensors of this projection (with `reduced` and
-      `new`), each added as einsum(x, R).
+      `new`), X-dependent first, folded by attention.fold_dynamic: the first
+      is added to p before project_heads, the rest each as einsum(x, R).
   Returns:
     [lead..., new, rest...], or x when p is None.
   Raises:
@@ -372,8 +384,9 @@ def _mix_heads(x, p, reduced, new, dynamic):
         "or drop the dynamic terms" % (len(dynamic), reduced.name))
   if p is None:
     return x
-  y = project_heads(_float32(p), x, reduced, new)
-  for r in dynamic:
+  folded = attention.fold_dynamic(p, dynamic)
+  y = project_heads(folded[0], x, reduced, new)
+  for r in folded[1:]:
     y += mtf.einsum([x, r], output_shape=y.shape)
   return y
 
@@ -585,12 +598,7 @@ class _SplitCore(Strategy):
     if split is None:  # incremental decoding: q has no length dim
       return HeadsParallel().core(context, dims, q, k, v, memory_length, p_l,
                                   p_w, dynamic_l, dynamic_w, bias, dropout_fn)
-    mesh = _model_layout(context)
-    if mesh is None:
-      raise ValueError(
-          "%s reads the layout from the model: build the Unitransformer / "
-          "Bitransformer with layout= and mesh_shape= (t5's "
-          "utils.build_model does)" % type(self).__name__)
+    mesh = _required_model_layout(context, self)
     self._check(dims, mesh, _size_of(q, BATCH) or 1,
                 _size_of(q, LENGTH) or _size_of(k, MEMORY_LENGTH))
     with tf.variable_scope(CORE_SCOPE):
@@ -799,12 +807,7 @@ class BatchQuerySplit(_SplitCore):
     if not length:  # incremental decoding: q has no length dim
       return HeadsParallel().core(context, dims, q, k, v, memory_length, p_l,
                                   p_w, dynamic_l, dynamic_w, bias, dropout_fn)
-    mesh = _model_layout(context)
-    if mesh is None:
-      raise ValueError(
-          "%s reads the layout from the model: build the Unitransformer / "
-          "Bitransformer with layout= and mesh_shape= (t5's "
-          "utils.build_model does)" % type(self).__name__)
+    mesh = _required_model_layout(context, self)
     batch, = [d for d in q.shape.dims if d.name == BATCH]
     self._check(dims, mesh, batch.size, length[0].size)
     with tf.variable_scope(CORE_SCOPE):
@@ -947,12 +950,7 @@ class GatheredBatchSplit(BatchSplit):
 
   def _plan(self, context, dims, x):
     """The _Plan that cuts x's batch over the axis (checks the layout)."""
-    mesh = _model_layout(context)
-    if mesh is None:
-      raise ValueError(
-          "%s reads the layout from the model: build the Unitransformer / "
-          "Bitransformer with layout= and mesh_shape= (t5's "
-          "utils.build_model does)" % type(self).__name__)
+    mesh = _required_model_layout(context, self)
     split, = [d for d in x.shape.dims if d.name == BATCH]
     self._check(dims, mesh, split.size, _size_of(x, LENGTH))
     return _Plan(self, dims, split, mesh)

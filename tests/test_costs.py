@@ -232,27 +232,57 @@ def test_matches_section5_closed_form(variant, hk, h, hv, dk, dv):
 ], ids=["x2l", "m2l", "x2w", "m2w", "x2l+m2w", "all_four"])
 def test_dynamic_terms_pseudocode_vs_folded(dynamic):
   """Each term adds d h_k h (or d h h_v) params and an R projection; the
-  pseudocode also adds n m h h_k (n m h h_v) per term, folding does not."""
+  pseudocode also adds n m h h_k (n m h h_v) per term, the paper's folding
+  none, the code's one per projection that has both an X and an M term."""
   hk, h, hv, d, n = 6, 24, 12, 96, 50
   static = costs.attention_costs("talking_heads", hk, h, hv, 16, 20, d, n)
   folded = costs.attention_costs("talking_heads", hk, h, hv, 16, 20, d, n,
                                  dynamic=dynamic, fold_dynamic=True)
   full = costs.attention_costs("talking_heads", hk, h, hv, 16, 20, d, n,
-                               dynamic=",".join(dynamic))
+                               dynamic=",".join(dynamic), fold_dynamic=False)
+  code = costs.attention_costs("talking_heads", hk, h, hv, 16, 20, d, n,
+                               dynamic=dynamic)
   size = {"x2l": hk * h, "m2l": hk * h, "x2w": h * hv, "m2w": h * hv}
-  assert folded["params"] == full["params"] == static["params"] + sum(
-      d * size[t] for t in dynamic)
+  assert folded["params"] == full["params"] == code["params"] == (
+      static["params"] + sum(d * size[t] for t in dynamic))
   assert folded["multiplies"] == static["multiplies"] + sum(
       n * d * size[t] for t in dynamic)
   assert full["multiplies"] == folded["multiplies"] + sum(
       n * n * size[t] for t in dynamic)
+  # the code folds R_X (or a lone R_M) into the static einsum; an R_M next
+  # to an R_X of the same projection keeps its own n x m einsum.
+  unfolded_m = [t for t in ("m2l", "m2w")
+                if t in dynamic and "x" + t[1:] in dynamic]
+  assert code["multiplies"] == folded["multiplies"] + sum(
+      n * n * size[t] for t in unfolded_m)
 
 
-def test_dynamic_unfolded_count_at_the_papers_row():
-  got = costs.attention_costs("talking_heads", 12, 12, 12, 64, 64, D_MODEL, N,
-                              dynamic=ALL4)
-  assert got["params"] == 2801952
-  assert got["multiplies"] == 1912602624 + 4 * N * N * 12 * 12 == 2063597568
+def test_dynamic_counts_at_the_papers_row():
+  """All four terms, h = 12, d_k = d_v = 64: paper 1.913e9 (tab:dp_individual
+  bottom row), the code one n m h h more per projection, pseudocode four."""
+  def count(fold):
+    return costs.attention_costs("talking_heads", 12, 12, 12, 64, 64,
+                                 D_MODEL, N, dynamic=ALL4, fold_dynamic=fold)
+  assert {count(f)["params"] for f in costs.FOLDINGS} == {2801952}
+  assert count("paper")["multiplies"] == 1912602624
+  code, none = count("code")["multiplies"], count("none")["multiplies"]
+  assert code == 1912602624 + 2 * N * N * 12 * 12 == 1988100096
+  assert none == 1912602624 + 4 * N * N * 12 * 12 == 2063597568
+  assert costs.attention_costs(
+      "talking_heads", 12, 12, 12, 64, 64, D_MODEL, N,
+      dynamic=ALL4)["multiplies"] == count("code")["multiplies"]
+
+
+@pytest.mark.parametrize("row", costs.PAPER_TABLES["dp_individual"].rows
+                         [1:-1], ids=lambda r: r.label)
+def test_single_term_rows_match_the_paper_by_default(row):
+  """With one dynamic term the code's count (the default) is the paper's."""
+  got = costs.attention_costs(
+      row.variant, row.heads_k, row.heads, row.heads_v, row.d_k, row.d_v,
+      costs.PAPER_D_MODEL, costs.PAPER_LENGTH, dynamic=row.dynamic)
+  assert len(row.dynamic) == 1
+  assert costs.round_sig4(got["multiplies"]) == row.multiplies
+  assert got["params"] == row.params
 
 
 def test_terms_itemize_the_totals_with_the_papers_names():
@@ -263,8 +293,17 @@ def test_terms_itemize_the_totals_with_the_papers_names():
       "P_q": (96, 16, 6), "P_k": (96, 16, 6), "P_v": (96, 20, 12),
       "P_o": (96, 20, 12), "P_l": (6, 24), "P_Xl": (96, 6, 24),
       "P_w": (24, 12), "P_Mw": (96, 24, 12)}
+  # one term per projection: folded into L's and U's einsums (the default)
   assert list(terms["multiplies"]) == [
+      "Q", "K", "V", "J", "R_Xl", "L", "R_Mw", "U", "O", "Y"]
+  unfolded = costs.attention_terms("talking_heads", 6, 24, 12, 16, 20, 96, 50,
+                                   dynamic=("m2w", "x2l"), fold_dynamic="none")
+  assert list(unfolded["multiplies"]) == [
       "Q", "K", "V", "J", "R_Xl", "L", "L_Xl", "R_Mw", "U", "U_Mw", "O", "Y"]
+  both = costs.attention_terms("talking_heads", 6, 24, 12, 16, 20, 96, 50,
+                               dynamic=("x2l", "m2l"))
+  assert list(both["multiplies"]) == [
+      "Q", "K", "V", "J", "R_Xl", "R_Ml", "L", "L_Ml", "U", "O", "Y"]
   total = costs.total_costs(terms)
   assert total["params"] == sum(
       math.prod(s) for s in terms["params"].values())
@@ -325,7 +364,8 @@ GOOD = dict(variant="talking_heads", heads_k=24, heads=24, heads_v=24, d_k=32,
      r"^d_v is required for variant 'multi_head'"),
     (dict(variant="general_bilinear", heads_k=None, heads_v=None, d_k=64,
           d_v=None), r"^d_k=64 conflicts with d_model=768: general_bilinear"),
-    (dict(dynamic="x2l", fold_dynamic="yes"), r"^fold_dynamic must be True"),
+    (dict(dynamic="x2l", fold_dynamic="yes"),
+     r"^fold_dynamic must be one of 'code', 'paper', 'none'"),
 ], ids=["heads_zero", "heads_k_negative", "heads_v_bool", "d_k_float",
         "length_zero", "d_model_missing", "variant_hyphenated_gets_suggestion",
         "variant_unknown", "dynamic_unknown_term", "dynamic_duplicate_term",
@@ -375,10 +415,13 @@ def test_cli_example_md_exact(cli, capsys):
 
 
 @pytest.mark.parametrize("extra,row", [
-    ([], "talking_heads+x2l+m2l+x2w+m2w,12,12,12,64,64,2801952,2063597568"),
+    ([], "talking_heads+x2l+m2l+x2w+m2w,12,12,12,64,64,2801952,1988100096"),
     (["--fold_dynamic"],
      "talking_heads+x2l+m2l+x2w+m2w,12,12,12,64,64,2801952,1912602624"),
-], ids=["dynamic_pseudocode_count", "dynamic_folded_paper_count"])
+    (["--unfolded"],
+     "talking_heads+x2l+m2l+x2w+m2w,12,12,12,64,64,2801952,2063597568"),
+], ids=["dynamic_code_count", "dynamic_folded_paper_count",
+        "dynamic_pseudocode_count"])
 def test_cli_dynamic(cli, capsys, extra, row):
   argv = ["costs", "--variant", "talking_heads", "--dynamic", "m2w,x2l,m2l,x2w",
           "--heads", "12", "--d_k", "64", "--d_v", "64", "--d_model", "768",

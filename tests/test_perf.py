@@ -157,7 +157,7 @@ ATTENTIONS = [
                          ids=[a[0] for a in ATTENTIONS])
 def test_attention_flops_are_costs_multiplies(variant, kw):
   att = perf.make_attention(variant, **kw)
-  impl = perf.IMPLEMENTATIONS["mtf_th"]  # each dynamic term its own einsum
+  impl = perf.IMPLEMENTATIONS["mtf_th"]  # dynamic terms folded as mtf does
   ops = perf.attention_ops(att, 32, 10, 10, 3, impl, "x")
   expected = costs.attention_costs(
       att.variant, att.heads_k, att.heads, att.heads_v, att.d_k, att.d_v, 32,
@@ -175,7 +175,14 @@ def test_dynamic_einsum_counts():
     names[impl] = sorted(op.name for op in ops if re.match(r"[LU]\d$",
                                                            op.name))
   assert names["mtf"] == ["L0", "L1", "U0", "U1"]
-  assert names["mtf_th"] == ["L0", "L1", "L2", "U0", "U1", "U2"]
+  assert names["mtf_th"] == ["L0", "L1", "U0", "U1"]  # as the layers fold
+  separate = perf.IMPLEMENTATIONS["mtf_th"]._replace(dynamic_einsums="separate")
+  ops = perf.attention_ops(att, 32, 10, 10, 1, separate, "x")
+  assert sorted(op.name for op in ops if re.match(r"[LU]\d$", op.name)) == [
+      "L0", "L1", "L2", "U0", "U1", "U2"]  # the pseudocode's count
+  assert sum(op.flops for op in ops) == 6 * costs.attention_costs(
+      "talking_heads", 8, 8, 8, 16, 16, 32, 10, dynamic=costs.DYNAMIC_TERMS,
+      fold_dynamic="none")["multiplies"]
   # folded (the paper's multiplies column): one einsum per projection, as
   # costs.py counts with fold_dynamic=True
   folded = perf.IMPLEMENTATIONS["mtf_th"]._replace(dynamic_einsums="folded")

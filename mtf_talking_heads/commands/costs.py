@@ -6,7 +6,11 @@
 
 One header line and one row (csv by default, --format md for a markdown
 table) with the columns variant,heads_k,heads,heads_v,d_k,d_v,params,
-multiplies.  With --dynamic the variant cell reads e.g. talking_heads+x2l.
+multiplies.  With --dynamic the variant cell reads e.g. talking_heads+x2l;
+its multiplies are those the layers compute (R_Xl / R_Xw folded into the
+static projection's einsum, see docs/costs.md), --fold_dynamic counts every
+dynamic term folded as the paper's tables print them, --unfolded one einsum
+per term as the pseudocode writes them.
 --paper_table NAME prints every row of one of the paper's tables with the
 extra columns paper_params,paper_multiplies,match; those rows are counted the
 paper's way (dynamic terms folded, see docs/costs.md).  Bad arguments exit
@@ -38,10 +42,17 @@ def _build_parser():
       help="comma-separated dynamic projections, a subset of %s "
       "(talking_heads; x2l/m2l also with project_logits, x2w/m2w with "
       "project_weights)" % ",".join(costs.DYNAMIC_TERMS))
-  parser.add_argument(
-      "--fold_dynamic", action="store_true",
-      help="count each dynamic term as folded into the static projection's "
-      "einsum, as the paper's tables do (default: the pseudocode's count)")
+  folding = parser.add_mutually_exclusive_group()
+  folding.add_argument(
+      "--fold_dynamic", action="store_const", dest="folding", const="paper",
+      default="code",
+      help="count every dynamic term as folded into the static projection's "
+      "einsum, as the paper's tables print them (default: as the layers "
+      "compute them: only the X-dependent terms, or the one M term, folded)")
+  folding.add_argument(
+      "--unfolded", action="store_const", dest="folding", const="none",
+      help="count one n*m einsum per dynamic term, as appendix A's "
+      "pseudocode writes them")
   parser.add_argument("--heads_k", type=int, metavar="N",
                       help="h_k (default: --heads)")
   parser.add_argument("--heads", type=int, metavar="N", help="h")
@@ -92,8 +103,9 @@ def _run(args):
   """Returns the text to print; raises commands.UsageError or ValueError."""
   if args.paper_table:
     given = ["--" + f for f in _CONFIG_FLAGS if getattr(args, f) is not None]
-    if args.fold_dynamic:
-      given.append("--fold_dynamic")
+    if args.folding != "code":
+      given.append({"paper": "--fold_dynamic", "none": "--unfolded"}[
+          args.folding])
     if given:
       raise commands.UsageError(
           "--paper_table prints the paper's own rows; drop %s"
@@ -108,7 +120,7 @@ def _run(args):
   terms = costs.attention_terms(
       args.variant, args.heads_k, args.heads, args.heads_v, args.d_k,
       args.d_v, args.d_model, args.length,
-      dynamic=args.dynamic or (), fold_dynamic=args.fold_dynamic)
+      dynamic=args.dynamic or (), fold_dynamic=args.folding)
   result = costs.total_costs(terms)
   cells = [result[c] for c in costs.COLUMNS]
   cells[0] = _variant_cell(terms["variant"], terms["dynamic"])
@@ -116,17 +128,7 @@ def _run(args):
 
 
 def main(argv=None):
-  argv = list(sys.argv[1:] if argv is None else argv)
-  args = commands.parse(_build_parser(), argv)
-  if isinstance(args, int):
-    return args
-  try:
-    text = _run(args)
-  except (commands.UsageError, ValueError) as e:
-    print("%s: error: %s" % (PROG, e), file=sys.stderr)
-    return 2
-  sys.stdout.write(text)
-  return 0
+  return commands.run_text_command(_build_parser(), _run, argv)
 
 
 if __name__ == "__main__":

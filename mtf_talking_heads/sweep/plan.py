@@ -78,7 +78,7 @@ def row_costs(row, d_model, length):
   folded = costs.attention_costs(variant, hk, h, hv, dk, dv, d, length,
                                  dynamic=dynamic, fold_dynamic=True)
   executed = costs.attention_costs(variant, hk, h, hv, dk, dv, d, length,
-                                   dynamic=dynamic, fold_dynamic=False)
+                                   dynamic=dynamic, fold_dynamic="code")
   return folded["params"], folded["multiplies"], executed["multiplies"]
 
 
