@@ -383,7 +383,18 @@ class ProjectWeightsAttention(AttentionLayer):
 
 @gin.configurable(module="mtf_th")
 class DynamicProjectionsAttention(AttentionLayer):
-  """Talking heads with dynamic projections (appendix A), all four by default."""
+  """Talking heads with dynamic projections (appendix A), all four by default.
+
+  The dynamic terms are folded as mesh_tensorflow folds them
+  (attention.fold_dynamic): L = einsum(J, P_l + R_Xl) + einsum(J, R_Ml) and
+  U = einsum(W, P_w + R_Xw) + einsum(W, R_Mw); with one term per projection
+  that is one n x m einsum each, the paper's count (docs/costs.md).
+
+  Example (heads_k = heads = heads_v = 12, d_model = 768, all four terms):
+    p_xl, p_ml: [d_model, heads_k, heads]   p_xw, p_mw: [d_model, heads, heads_v]
+    P_l + R_Xl: [batch, length, heads_k, heads]
+    R_Ml: [batch, memory_length, heads_k, heads]
+  """
 
   def __init__(self, dynamic=attention.DYNAMIC_TERMS, **kwargs):
     super().__init__(dynamic=dynamic, **kwargs)
