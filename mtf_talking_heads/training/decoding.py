@@ -40,15 +40,12 @@ def _decode_inputs(task_name, sequence_length, vocabulary, inputs, count,
   return np.array(rows, dtype=np.int32)
 
 
-def _decode_with_estimator(estimator, vocabulary, sequence_length, batch_size,
-                           train_dataset_fn, train_steps, ensemble_inputs,
-                           results, checkpoint, options, **unused):
-  """utils.run hook: decodes a batch of inputs with one checkpoint."""
-  del train_dataset_fn, train_steps, ensemble_inputs, unused
-  estimator_lib.configure_estimator(estimator, options["seed"])
-  vocab = mtf_utils.inputs_vocabulary(vocabulary)
-  ids = _decode_inputs(options["task"], sequence_length, vocab,
-                       options["inputs"], options["count"], options["seed"])
+def decode_rows(estimator, vocabulary, ids, batch_size, checkpoint):
+  """Decodes the rows of `ids` with one checkpoint; returns n outputs.
+
+  ids [n, inputs_length] int32 is padded to whole batches of batch_size;
+  op errors stop with one line naming the checkpoint.
+  """
   n = len(ids)
   padded = np.zeros((-(-n // batch_size) * batch_size, ids.shape[1]),
                     np.int32)
@@ -61,9 +58,22 @@ def _decode_with_estimator(estimator, vocabulary, sequence_length, batch_size,
 
   step, path = checkpoint
   with errors.op_errors_stop("decoding with checkpoint %d of %s"
-                       % (step, estimator.model_dir)):
-    outputs = list(mtf_utils.decode(estimator, input_fn, vocabulary, path))
-  for row, out in zip(ids, outputs[:n]):
+                             % (step, estimator.model_dir)):
+    return list(mtf_utils.decode(estimator, input_fn, vocabulary, path))[:n]
+
+
+def _decode_with_estimator(estimator, vocabulary, sequence_length, batch_size,
+                           train_dataset_fn, train_steps, ensemble_inputs,
+                           results, checkpoint, options, **unused):
+  """utils.run hook: decodes a batch of inputs with one checkpoint."""
+  del train_dataset_fn, train_steps, ensemble_inputs, unused
+  estimator_lib.configure_estimator(estimator, options["seed"])
+  vocab = mtf_utils.inputs_vocabulary(vocabulary)
+  ids = _decode_inputs(options["task"], sequence_length, vocab,
+                       options["inputs"], options["count"], options["seed"])
+  step, _ = checkpoint
+  outputs = decode_rows(estimator, vocabulary, ids, batch_size, checkpoint)
+  for row, out in zip(ids, outputs):
     text = [int(t) for t in row if t > 1]
     results.append({
         "step": step,

@@ -17,12 +17,12 @@ import functools
 import os
 import sys
 
-from mesh_tensorflow.transformer import utils as mtf_utils
 import numpy as np
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads.training import checkpoints
 from mtf_talking_heads.training import checks
+from mtf_talking_heads.training import decoding
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import estimator as estimator_lib
 from mtf_talking_heads.training import settings as settings_lib
@@ -112,23 +112,11 @@ def _score_with_estimator(estimator, vocabulary, sequence_length, batch_size,
               for t in options["tasks"]]
   examples = [ex for _, exs in per_task for ex in exs]
   ids = _input_rows(examples, sequence_length["inputs"])
-  n = len(ids)
-  padded = np.zeros((-(-n // batch_size) * batch_size, ids.shape[1]),
-                    np.int32)
-  padded[:n] = ids
-
-  def input_fn(params):
-    del params
-    return tf.data.Dataset.from_tensor_slices({"inputs": padded}).batch(
-        batch_size, drop_remainder=True)
-
-  step, path = checkpoint
+  step, _ = checkpoint
   print("[score] checkpoint %d: decoding %d examples of %d tasks"
-        % (step, n, len(per_task)), file=sys.stderr, flush=True)
-  with errors.op_errors_stop("decoding with checkpoint %d of %s"
-                             % (step, estimator.model_dir)):
-    outputs = [_text(o) for o in
-               mtf_utils.decode(estimator, input_fn, vocabulary, path)][:n]
+        % (step, len(ids), len(per_task)), file=sys.stderr, flush=True)
+  outputs = [_text(o) for o in decoding.decode_rows(
+      estimator, vocabulary, ids, batch_size, checkpoint)]
   start = 0
   for task, exs in per_task:
     values = metric_values(task, exs, outputs[start:start + len(exs)])
