@@ -216,21 +216,37 @@ def compute_l(j, p_l, dims, dynamic_l=(), bias=None):
     ValueError: if dynamic_l is given without p_l (the dynamic terms add to
       P_l, so without it they would be dropped).
   """
-  if p_l is None and dynamic_l:
-    raise ValueError(
-        "compute_l: dynamic_l has %d R_l tensor(s) but p_l is None; the "
-        "dynamic terms add to the logits projection P_l: pass p_l (heads_k "
-        "and heads as different dims) or drop dynamic_l" % len(dynamic_l))
-  if p_l is None:
-    l = j
-  else:
-    l = None
-    for p in fold_dynamic(p_l, dynamic_l):
-      term = mtf.einsum([j, p], reduced_dims=[dims.heads_k])
-      l = term if l is None else l + term
+  l = _project(j, p_l, dynamic_l, dims.heads_k, "l")
   if bias is not None:
     l += _float32(bias)
   return l
+
+
+_PROJECTIONS = {"l": ("logits", "heads_k and heads"),
+                "w": ("weights", "heads and heads_v")}
+
+
+def _project(x, p, dynamic, reduced, which):
+  """einsum(x, P + R_0) + einsum(x, R_1) ...; x itself without P.
+
+  Shared by compute_l (x = J, which = "l") and compute_u (x = W, "w").
+  Raises ValueError when dynamic terms come without their P.
+  """
+  if p is None and dynamic:
+    kind, dims_text = _PROJECTIONS[which]
+    raise ValueError(
+        "compute_%s: dynamic_%s has %d R_%s tensor(s) but p_%s is None; the "
+        "dynamic terms add to the %s projection P_%s: pass p_%s (%s as "
+        "different dims) or drop dynamic_%s" % (
+            "u" if which == "w" else "l", which, len(dynamic), which, which,
+            kind, which, which, dims_text, which))
+  if p is None:
+    return x
+  y = None
+  for q in fold_dynamic(p, dynamic):
+    term = mtf.einsum([x, q], reduced_dims=[reduced])
+    y = term if y is None else y + term
+  return y
 
 
 def compute_w(l, memory_length):
@@ -261,18 +277,7 @@ def compute_u(w, p_w, dims, dynamic_w=()):
     ValueError: if dynamic_w is given without p_w (the dynamic terms add to
       P_w, so without it they would be dropped).
   """
-  if p_w is None and dynamic_w:
-    raise ValueError(
-        "compute_u: dynamic_w has %d R_w tensor(s) but p_w is None; the "
-        "dynamic terms add to the weights projection P_w: pass p_w (heads "
-        "and heads_v as different dims) or drop dynamic_w" % len(dynamic_w))
-  if p_w is None:
-    return w
-  u = None
-  for p in fold_dynamic(p_w, dynamic_w):
-    term = mtf.einsum([w, p], reduced_dims=[dims.heads])
-    u = term if u is None else u + term
-  return u
+  return _project(w, p_w, dynamic_w, dims.heads, "w")
 
 
 def compute_o(u, v, memory_length):
