@@ -46,6 +46,7 @@ import os
 import re
 
 from mtf_talking_heads import costs
+from mtf_talking_heads.sweep import gin_reader
 
 # ---------------------------------------------------------------------------
 # Hardware.
@@ -812,82 +813,9 @@ _PLACEMENT_MACROS = ("enc_self_attention", "dec_self_attention",
                      "encdec_attention")
 
 
-class _Ref(collections.namedtuple("_Ref", ["name"])):
-  """@configurable reference."""
-
-
-class _Macro(collections.namedtuple("_Macro", ["name"])):
-  """%macro reference."""
-
-
-def _read_gin(gin_files, gin_params, gin_dir):
-  """(macros, bindings) of gin files + bindings, later ones overriding."""
-  from gin import config_parser  # pylint: disable=g-import-not-at-top
-
-  class Delegate(config_parser.ParserDelegate):
-
-    def configurable_reference(self, scoped_name, evaluate):
-      return _Ref(scoped_name)
-
-    def macro(self, name):
-      return _Macro(name)
-
-  macros, bindings = {}, {}
-
-  def read(text, where, including=None, stack=()):
-    try:
-      statements = list(config_parser.ConfigParser(text, Delegate()))
-    except SyntaxError as e:
-      raise ValueError("%s: gin syntax error: %s" % (where, e)) from None
-    for st in statements:
-      if isinstance(st, config_parser.IncludeStatement):
-        path = _find_gin(st.filename, including, gin_dir)
-        if path in stack:
-          raise ValueError("gin include cycle at %s" % path)
-        with open(path) as f:
-          read(f.read(), path, path, stack + (path,))
-      elif isinstance(st, config_parser.BindingStatement):
-        if not st.scope and not st.arg_name and "." not in st.selector:
-          macros[st.selector] = st.value
-        else:
-          key = "%s%s.%s" % (st.scope + "/" if st.scope else "",
-                             st.selector, st.arg_name)
-          bindings[key] = st.value
-
-  for name in gin_files:
-    path = _find_gin(name, None, gin_dir)
-    with open(path) as f:
-      read(f.read(), path, path, (path,))
-  for i, text in enumerate(gin_params):
-    read(text, "--gin_param %r" % text)
-  return macros, bindings
-
-
-def _find_gin(name, including, gin_dir):
-  candidates = [name] if os.path.isabs(name) else [
-      os.path.join(gin_dir, name), name]
-  if including and not os.path.isabs(name):
-    candidates.append(os.path.join(os.path.dirname(including), name))
-  for path in candidates:
-    if os.path.isfile(path):
-      return path
-  raise ValueError("gin file %r not found (looked in %s); give a path or a "
-                   "name under gin/, e.g. experiments/t5_heads/"
-                   "02_multi_head_12_64.gin" % (name, ", ".join(candidates)))
-
-
-def _resolve(value, macros, seen=()):
-  if isinstance(value, _Macro):
-    if value.name in seen or value.name not in macros:
-      raise ValueError("gin macro %%%s is undefined or cyclic" % value.name)
-    return _resolve(macros[value.name], macros, seen + (value.name,))
-  if isinstance(value, list):
-    return [_resolve(v, macros, seen) for v in value]
-  return value
-
-
 def _placement_variant(ref, where):
-  name = ref.name.split(".")[-1] if isinstance(ref, _Ref) else None
+  name = ref.name.split(".")[-1] if isinstance(ref, gin_reader.Reference) \
+      else None
   for prefix, variant in _CLASS_VARIANTS.items():
     if name in (prefix + "Attention", prefix + "EncoderAttention"):
       return variant
@@ -904,7 +832,8 @@ _OPTIMIZER_CLASSES = {"AdafactorOptimizer": "adafactor",
 def _optimizer(ref, where):
   if ref is None:
     return "adafactor"  # mtf_th.gin's
-  name = ref.name.split(".")[-1] if isinstance(ref, _Ref) else None
+  name = ref.name.split(".")[-1] if isinstance(ref, gin_reader.Reference) \
+      else None
   if name not in _OPTIMIZER_CLASSES:
     raise ValueError("%s: utils.run.optimizer = %r is not modelled; perf "
                      "knows %s" % (where, ref, ", ".join(_OPTIMIZER_CLASSES)))
@@ -927,16 +856,13 @@ def model_from_gin(gin_files, gin_params=(), vocab=PAPER_T5["vocab"],
   """
   from mtf_talking_heads import gin_paths  # pylint: disable=g-import-not-at-top
   gin_dir = gin_dir or gin_paths.gin_dir()
-  macros, bindings = _read_gin(list(gin_files), list(gin_params), gin_dir)
+  config = gin_reader.GinConfig(gin_files, gin_params, gin_dir)
   where = ", ".join(gin_files) or "the gin files"
 
   def get(name):
-    if name not in macros:
-      raise ValueError("%s does not define the gin macro %r" % (where, name))
-    return _resolve(macros[name], macros)
+    return config.require(name, where)
 
-  model_type = _resolve(bindings.get("utils.run.model_type",
-                                     "bitransformer"), macros)
+  model_type = config.binding("utils.run.model_type", "bitransformer")
   if model_type not in _MODEL_TYPES:
     raise ValueError("%s: utils.run.model_type = %r is not one of %s"
                      % (where, model_type, ", ".join(_MODEL_TYPES)))
@@ -946,7 +872,7 @@ def model_from_gin(gin_files, gin_params=(), vocab=PAPER_T5["vocab"],
               dynamic=tuple(get("dynamic") or ()))
   placements = {}
   for macro in _PLACEMENT_MACROS:
-    if macro not in macros:
+    if macro not in config:
       continue
     variant = _placement_variant(get(macro), macro)
     kw = dict(dims)
@@ -963,14 +889,14 @@ def model_from_gin(gin_files, gin_params=(), vocab=PAPER_T5["vocab"],
     except ValueError as e:
       raise ValueError("%s: %s: %s" % (where, macro, e)) from None
   needed = KIND_PLACEMENTS[kind]
-  lengths = [get(name) if name in macros or uses else 1 for name, uses in (
+  lengths = [get(name) if name in config or uses else 1 for name, uses in (
       ("inputs_length", kind != "lm"), ("targets_length", kind != "encoder"))]
   return make_model(
       kind, get("num_layers"), get("d_model"), get("d_ff"), vocab,
       get("batch_size"), lengths[0], lengths[1],
       relative_bias=get("relative_attention_type") is not None,
-      optimizer=_optimizer(bindings.get("utils.run.optimizer"), where),
-      shared_layers=bindings.get(
+      optimizer=_optimizer(config.binding("utils.run.optimizer"), where),
+      shared_layers=config.binding(
           "transformer.make_layer_stack.block_scope") is False,
       **{k: v for k, v in placements.items() if k in needed})
 
@@ -978,9 +904,9 @@ def model_from_gin(gin_files, gin_params=(), vocab=PAPER_T5["vocab"],
 def row_label(gin_files, gin_params=(), gin_dir=None):
   """The experiment's row_label macro ("" if the files define none)."""
   from mtf_talking_heads import gin_paths  # pylint: disable=g-import-not-at-top
-  macros, _ = _read_gin(list(gin_files), list(gin_params),
-                        gin_dir or gin_paths.gin_dir())
-  return _resolve(macros.get("row_label", ""), macros)
+  return gin_reader.GinConfig(gin_files, gin_params,
+                              gin_dir or gin_paths.gin_dir()).get(
+                                  "row_label", "")
 
 
 def experiment_rows(table, vocab=PAPER_T5["vocab"], gin_dir=None):

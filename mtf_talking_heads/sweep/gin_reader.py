@@ -40,6 +40,8 @@ def gin_path(name, including_file=None, gin_dir=GIN_DIR):
   candidates = [name] if os.path.isabs(name) else [os.path.join(gin_dir, name)]
   if including_file and not os.path.isabs(name):
     candidates.append(os.path.join(os.path.dirname(including_file), name))
+  elif not os.path.isabs(name):
+    candidates.append(name)  # a --gin_file path (as mtf_th train takes it)
   for path in candidates:
     if os.path.isfile(path):
       return path
@@ -54,20 +56,21 @@ def _read_statements(text, filename):
     raise ValueError("%s: gin syntax error: %s" % (filename, e)) from None
 
 
-def _collect(path, macros, gin_dir, includes, stack=()):
+def _collect(path, config, gin_dir, stack=()):
   if path in stack:
     raise ValueError("gin include cycle: %s" % " -> ".join(stack + (path,)))
   with open(path) as f:
     statements = _read_statements(f.read(), path)
-  for statement in statements:
-    if isinstance(statement, config_parser.IncludeStatement):
-      included = gin_path(statement.filename, path, gin_dir)
-      includes.append(statement.filename)
-      _collect(included, macros, gin_dir, includes, stack + (path,))
-    elif (isinstance(statement, config_parser.BindingStatement)
-          and not statement.scope and not statement.arg_name
-          and "." not in statement.selector):
-      macros[statement.selector] = statement.value
+  config._add(statements, path, gin_dir, stack + (path,))  # pylint: disable=protected-access
+
+
+def _binding_key(statement):
+  """'scope/selector.arg' of a binding; None for a macro (name = value)."""
+  if (not statement.scope and not statement.arg_name
+      and "." not in statement.selector):
+    return None
+  return "%s%s.%s" % (statement.scope + "/" if statement.scope else "",
+                      statement.selector, statement.arg_name)
 
 
 def _resolve(value, macros, seen=()):
@@ -92,7 +95,8 @@ class GinConfig(object):
   configurations, and tests share one process), and resolves no
   configurable.  Follows ``include`` statements (relative to gin/, like the
   training command's search path) and lets later bindings override earlier
-  ones, as gin does.  Only macros (``name = value`` at top level) are kept.
+  ones, as gin does.  Macros (``name = value`` at top level) and bindings
+  (``scope/configurable.arg = value``) are kept, unevaluated.
 
   Attributes:
     includes: every file included, in reading order.
@@ -100,20 +104,34 @@ class GinConfig(object):
 
   def __init__(self, gin_files=(), gin_params=(), gin_dir=GIN_DIR):
     self._macros = {}
+    self._bindings = {}
     self.includes = []
     for name in gin_files:
       path = gin_path(name, None, gin_dir)
       self.includes.append(name)
-      _collect(path, self._macros, gin_dir, self.includes)
+      _collect(path, self, gin_dir)
     for binding in gin_params:
-      for statement in _read_statements(binding, "gin_param %r" % binding):
-        if isinstance(statement, config_parser.IncludeStatement):
-          path = gin_path(statement.filename, None, gin_dir)
-          self.includes.append(statement.filename)
-          _collect(path, self._macros, gin_dir, self.includes)
-        elif (not statement.scope and not statement.arg_name
-              and "." not in statement.selector):
+      self._add(_read_statements(binding, "gin_param %r" % binding), None,
+                gin_dir, ())
+
+  def _add(self, statements, including_file, gin_dir, stack):
+    for statement in statements:
+      if isinstance(statement, config_parser.IncludeStatement):
+        path = gin_path(statement.filename, including_file, gin_dir)
+        self.includes.append(statement.filename)
+        _collect(path, self, gin_dir, stack)
+      elif isinstance(statement, config_parser.BindingStatement):
+        key = _binding_key(statement)
+        if key is None:
           self._macros[statement.selector] = statement.value
+        else:
+          self._bindings[key] = statement.value
+
+  def binding(self, key, default=None):
+    """The value bound to 'scope/configurable.arg' (macros resolved)."""
+    if key not in self._bindings:
+      return default
+    return _resolve(self._bindings[key], self._macros)
 
   def __contains__(self, name):
     return name in self._macros
