@@ -40,6 +40,26 @@ def _decode_inputs(task_name, sequence_length, vocabulary, inputs, count,
   return np.array(rows, dtype=np.int32)
 
 
+def load_for_decoding(model_dir, gin_files, gin_params, checkpoint_step,
+                      tpu, not_encdec):
+  """Checkpoint and settings of a model to decode, checked before any graph.
+
+  Parses the model's operative gin (+ gin_files/gin_params), runs the
+  pre-flight, refuses a model that is not an encoder-decoder (ConfigError
+  with not_encdec % model_type) and a checkpoint that does not match.
+  Returns ((step, path), settings).
+  """
+  checkpoint = checkpoints.checkpoint_paths(model_dir, checkpoint_step)[0]
+  settings_lib.parse_gin(checkpoints.operative_gin(model_dir, gin_files),
+                         gin_params)
+  checkpoints.match_checkpoint_dtype(checkpoint[1])
+  settings, _ = checks.preflight(tpu)
+  if settings.model_type != "bitransformer":
+    raise errors.ConfigError(not_encdec % settings.model_type)
+  checkpoints.check_checkpoint_matches([checkpoint[1]], settings)
+  return checkpoint, settings
+
+
 def decode_rows(estimator, vocabulary, ids, batch_size, checkpoint):
   """Decodes the rows of `ids` with one checkpoint; returns n outputs.
 
@@ -101,17 +121,10 @@ def decode(model_dir, gin_files=(), gin_params=(), inputs=None,
     TrainingError: an op failed (one line: the op, the cause, the fix).
   """
   estimator_lib.check_model_dir(model_dir)
-  checkpoint = checkpoints.checkpoint_paths(model_dir, checkpoint_step)[0]
-  settings_lib.parse_gin(checkpoints.operative_gin(model_dir, gin_files),
-                         gin_params)
-  checkpoints.match_checkpoint_dtype(checkpoint[1])
-  settings, _ = checks.preflight(tpu)
-  if settings.model_type != "bitransformer":
-    raise errors.ConfigError(
-        "decode needs an encoder-decoder (T5, model_type bitransformer) "
-        "model; this one is %r: score it with mtf_th eval" %
-        settings.model_type)
-  checkpoints.check_checkpoint_matches([checkpoint[1]], settings)
+  checkpoint, settings = load_for_decoding(
+      model_dir, gin_files, gin_params, checkpoint_step, tpu,
+      "decode needs an encoder-decoder (T5, model_type bitransformer) "
+      "model; this one is %r: score it with mtf_th eval")
   if inputs is not None and not all(isinstance(s, str) and s.strip()
                                     for s in inputs):
     raise errors.ConfigError("--inputs: every input must be a non-empty string")

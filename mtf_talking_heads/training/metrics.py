@@ -21,11 +21,9 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads.training import checkpoints
-from mtf_talking_heads.training import checks
 from mtf_talking_heads.training import decoding
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import estimator as estimator_lib
-from mtf_talking_heads.training import settings as settings_lib
 
 DOWNSTREAM_RESULTS = "downstream_results.csv"
 COLUMNS = ("task", "metric", "value", "step", "examples")
@@ -186,17 +184,10 @@ def score(model_dir, gin_files=(), gin_params=(), checkpoint_step=None,
                                    or max_examples < 1):
     raise errors.ConfigError("--max_eval_examples must be a positive "
                              "integer, got %r" % (max_examples,))
-  checkpoint = checkpoints.checkpoint_paths(model_dir, checkpoint_step)[0]
-  settings_lib.parse_gin(checkpoints.operative_gin(model_dir, gin_files),
-                         gin_params)
-  checkpoints.match_checkpoint_dtype(checkpoint[1])
-  settings, _ = checks.preflight(tpu)
-  if settings.model_type != "bitransformer":
-    raise errors.ConfigError(
-        "downstream metrics decode text, which needs an encoder-decoder (T5, "
-        "model_type bitransformer) model; this one is %r"
-        % settings.model_type)
-  checkpoints.check_checkpoint_matches([checkpoint[1]], settings)
+  checkpoint, settings = decoding.load_for_decoding(
+      model_dir, gin_files, gin_params, checkpoint_step, tpu,
+      "downstream metrics decode text, which needs an encoder-decoder (T5, "
+      "model_type bitransformer) model; this one is %r")
   options = {"tasks": scored_tasks(mixture_or_task_name or settings.mixture,
                                    split),
              "split": split, "max_examples": max_examples}

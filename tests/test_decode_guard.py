@@ -1,0 +1,40 @@
+"""mtf_th decode and eval --metrics refuse a model that cannot decode text.
+
+Both go through training.decoding.load_for_decoding; these tests stand in
+for the checkpoint (no training) so that only the checks run.
+"""
+import gin
+import pytest
+
+from mtf_talking_heads import training
+from mtf_talking_heads.training import checkpoints
+from mtf_talking_heads.training import decoding
+from mtf_talking_heads.training import metrics
+
+
+@pytest.fixture()
+def decoder_only(monkeypatch):
+  """A 'model dir' whose checkpoint is the decoder-only lm_tiny model."""
+  monkeypatch.setattr(checkpoints, "checkpoint_paths",
+                      lambda model_dir, step: [(4, "/nowhere/model.ckpt-4")])
+  monkeypatch.setattr(checkpoints, "operative_gin",
+                      lambda model_dir, files: ["models/lm_small.gin",
+                                                "models/lm_tiny.gin"])
+  monkeypatch.setattr(checkpoints, "match_checkpoint_dtype", lambda p: None)
+  yield
+  with gin.unlock_config():
+    gin.clear_config()
+
+
+def test_decode_refuses_a_decoder_only_model(decoder_only, tmp_path):
+  with pytest.raises(training.ConfigError,
+                     match=r"decode needs an encoder-decoder .* this one is "
+                           r"'lm': score it with mtf_th eval"):
+    training.decode(str(tmp_path))
+
+
+def test_metrics_refuse_a_decoder_only_model(decoder_only, tmp_path):
+  with pytest.raises(training.ConfigError,
+                     match=r"downstream metrics decode text.* this one is "
+                           r"'lm'"):
+    metrics.score(str(tmp_path))
