@@ -612,34 +612,52 @@ class _SplitCore(Strategy):
       return plan.from_core(o)
 
 
-class _Plan(object):
-  """The renames of one _SplitCore.core call (see _SplitCore)."""
+class _PlanBase(object):
+  """What both core plans share: heads renamed whole, the shard dims.
 
-  def __init__(self, strategy, dims, split, mesh):
-    self.strategy = strategy
-    self.split = split
-    self.mesh = mesh
+  Attributes: rename / restore ({layer heads name: core dim} and back),
+  dims (the renamed AttentionDims), group (the shard dim, split on the
+  axis), local (the same size, not split), split_on_axis.
+  """
+
+  def _set_heads(self, strategy, dims, mesh, rename, local_name):
     axis = strategy.mesh_axis
-    p = mesh.axis_size(axis)
-    outer_axis = mesh.axis_of(split.name)
-    outer_size = mesh.axis_size(outer_axis) if outer_axis else 1
-    rename, (local_name, inner_name) = strategy._core_names(dims)  # pylint: disable=protected-access
+    self.strategy = strategy
     self.rename = {d.name: mtf.Dimension(rename[d.name], d.size)
                    for d in (dims.heads_k, dims.heads, dims.heads_v)}
     self.restore = {c.name: mtf.Dimension(n, c.size)
                     for n, c in self.rename.items()}
     self.dims = dims.renamed(rename)
-    self.group = mtf.Dimension(strategy.shard_dim, p)
-    self.local = mtf.Dimension(local_name, p)
+    self.group = mtf.Dimension(strategy.shard_dim, mesh.axis_size(axis))
+    self.local = mtf.Dimension(local_name, mesh.axis_size(axis))
+    self.split_on_axis = set(mesh.names_on(axis))
+
+  def _whole(self, t):
+    """A tensor without the split dims (a weight) -> heads renamed; one
+    split on the axis is gathered in reduce-scatter form if asked."""
+    renamed = [self.rename.get(d.name, d) for d in t.shape.dims]
+    split_here = any(d.name in self.split_on_axis for d in t.shape.dims)
+    if not (self.strategy.reduce_scatter and split_here):
+      return mtf.reshape(t, renamed)
+    copies = mtf.broadcast(t, [self.local] + t.shape.dims)
+    return mtf.reshape(copies, [self.group] + renamed)
+
+
+class _Plan(_PlanBase):
+  """The renames of one _SplitCore.core call (see _SplitCore)."""
+
+  def __init__(self, strategy, dims, split, mesh):
+    self.split = split
+    p = mesh.axis_size(strategy.mesh_axis)
+    outer_axis = mesh.axis_of(split.name)
+    outer_size = mesh.axis_size(outer_axis) if outer_axis else 1
+    rename, (local_name, inner_name) = strategy._core_names(dims)  # pylint: disable=protected-access
+    self._set_heads(strategy, dims, mesh, rename, local_name)
     outer = ([mtf.Dimension(split.name, outer_size)] if outer_size > 1
              else [])
     inner = [mtf.Dimension(inner_name, split.size // (p * outer_size))]
     self.pieces = outer + [self.group] + inner
     self.local_pieces = outer + [self.local] + inner
-    self.split_on_axis = set(mesh.names_on(axis))
-
-  def _renamed(self, d):
-    return self.rename.get(d.name, d)
 
   def to_core(self, t):
     """t (layer names) -> the core's layout: S split, heads whole."""
@@ -649,14 +667,9 @@ class _Plan(object):
       local, new = [], []
       for d in t.shape.dims:
         local.extend(self.local_pieces if d == self.split else [d])
-        new.extend(self.pieces if d == self.split else [self._renamed(d)])
+        new.extend(self.pieces if d == self.split else [self.rename.get(d.name, d)])
       return mtf.reshape(mtf.reshape(t, local), new)
-    renamed = [self._renamed(d) for d in t.shape.dims]
-    split_here = any(d.name in self.split_on_axis for d in t.shape.dims)
-    if not (self.strategy.reduce_scatter and split_here):
-      return mtf.reshape(t, renamed)
-    copies = mtf.broadcast(t, [self.local] + t.shape.dims)
-    return mtf.reshape(copies, [self.group] + renamed)
+    return self._whole(t)
 
   def gather_weights(self, weights):
     """{name: weight} whole on every shard, gradients reduce-scattered.
@@ -821,7 +834,7 @@ class BatchQuerySplit(_SplitCore):
       return plan.from_core(o)
 
 
-class _BatchQueryPlan(object):
+class _BatchQueryPlan(_PlanBase):
   """The renames of one BatchQuerySplit.core call.
 
   batch -> [outer, cb, batch_per_shard], length -> [cq, length_per_shard]
@@ -831,28 +844,18 @@ class _BatchQueryPlan(object):
   """
 
   def __init__(self, strategy, dims, batch, length, mesh):
-    self.strategy = strategy
     self.batch, self.length = batch, length
-    axis = strategy.mesh_axis
-    p = mesh.axis_size(axis)
-    p_b, p_q = _batch_query_factors(mesh, axis, batch.size)
+    p_b, p_q = _batch_query_factors(mesh, strategy.mesh_axis, batch.size)
     outer_axis = mesh.axis_of(BATCH)
     outer_size = mesh.axis_size(outer_axis) if outer_axis else 1
     rename, (local, cb, cq, bps, nq) = strategy._core_names(dims)  # pylint: disable=protected-access
-    self.rename = {d.name: mtf.Dimension(rename[d.name], d.size)
-                   for d in (dims.heads_k, dims.heads, dims.heads_v)}
-    self.restore = {c.name: mtf.Dimension(n, c.size)
-                    for n, c in self.rename.items()}
-    self.dims = dims.renamed(rename)
-    self.group = mtf.Dimension(strategy.shard_dim, p)
-    self.local = mtf.Dimension(local, p)
+    self._set_heads(strategy, dims, mesh, rename, local)
     self.cb = mtf.Dimension(cb, p_b)
     self.cq = mtf.Dimension(cq, p_q)
     self.outer = ([mtf.Dimension(BATCH, outer_size)] if outer_size > 1
                   else [])
     self.bps = mtf.Dimension(bps, batch.size // (outer_size * p_b))
     self.nq = mtf.Dimension(nq, length.size // p_q)
-    self.split_on_axis = set(mesh.names_on(axis))
 
   def to_core(self, t):
     """t (layer names) -> [outer, core_shard, rest...], heads whole."""
@@ -860,12 +863,7 @@ class _BatchQueryPlan(object):
       return None
     dims = t.shape.dims
     if self.batch not in dims and self.length not in dims:
-      renamed = [self.rename.get(d.name, d) for d in dims]
-      split_here = any(d.name in self.split_on_axis for d in dims)
-      if not (self.strategy.reduce_scatter and split_here):
-        return mtf.reshape(t, renamed)
-      copies = mtf.broadcast(t, [self.local] + dims)
-      return mtf.reshape(copies, [self.group] + renamed)
+      return self._whole(t)
     cut = []
     for d in dims:
       if d == self.batch:
