@@ -261,11 +261,16 @@ def check_schedule(learning_rate, warmup_steps, total_train_steps=None):
 
 @gin.configurable(module="mtf_th")
 def warmup_linear_decay(step, total_train_steps, learning_rate=gin.REQUIRED,
-                        warmup_steps=gin.REQUIRED):
+                        warmup_steps=gin.REQUIRED, start_step=0):
   """BERT's and ALBERT's learning rate at `step`.
 
     step < warmup_steps:  learning_rate * step / warmup_steps
     otherwise:            learning_rate * (1 - step / total_train_steps)
+
+  with step and total_train_steps counted from start_step: 0 in
+  pre-training; fine-tuning (training.finetune binds it to the pre-trained
+  checkpoint's step) warms up and decays over its own steps only, as BERT's
+  and ALBERT's fine-tuning do.
 
   (their optimization.py: tf.train.polynomial_decay to 0 with power 1 over
   total_train_steps, replaced by the linear warm-up while step <
@@ -277,14 +282,16 @@ def warmup_linear_decay(step, total_train_steps, learning_rate=gin.REQUIRED,
 
   Args:
     step: the global step, a scalar tf.Tensor.
-    total_train_steps: an int.
+    total_train_steps: the last global step, an int.
     learning_rate: the peak rate.
-    warmup_steps: an int >= 0.
+    warmup_steps: an int >= 0, counted from start_step.
+    start_step: the global step the schedule starts from.
   Returns:
     a float32 scalar tf.Tensor.
   """
+  total_train_steps -= start_step
   check_schedule(learning_rate, warmup_steps, total_train_steps)
-  step = tf.cast(step, tf.float32)
+  step = tf.cast(tf.cast(step, tf.int64) - start_step, tf.float32)
   decayed = learning_rate * (
       1.0 - tf.minimum(step, float(total_train_steps)) / total_train_steps)
   if not warmup_steps:
@@ -312,6 +319,7 @@ def check_settings():
   if isinstance(schedule, gin.config.ConfigurableReference) and (
       schedule.selector.endswith("warmup_linear_decay")):
     total = models.query("utils.run.total_run_steps")
+    start = models.query("mtf_th.warmup_linear_decay.start_step") or 0
     check_schedule(models.query("mtf_th.warmup_linear_decay.learning_rate"),
                    models.query("mtf_th.warmup_linear_decay.warmup_steps"),
-                   total)
+                   total - start if isinstance(total, int) else total)

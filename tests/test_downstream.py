@@ -337,16 +337,16 @@ def test_stage_fills_the_columns_and_resumes_by_stage(tmp_path, fake):
       "finetune_steps": 131072, "dropout_rate": 0.1,
       "MIXTURE_NAME": "th_finetune_squad_glue_superglue"}),
     (["models/bert_base.gin", "experiments/finetune_bert.gin"],
-     "mtf_th.BertAdamOptimizer", "mtf_th.finetune_warmup_linear_decay",
-     {"mtf_th.finetune_warmup_linear_decay.learning_rate": 5e-5,
-      "mtf_th.finetune_warmup_linear_decay.warmup_steps": 821,
+     "mtf_th.BertAdamOptimizer", "mtf_th.warmup_linear_decay",
+     {"mtf_th.warmup_linear_decay.learning_rate": 5e-5,
+      "mtf_th.warmup_linear_decay.warmup_steps": 821,
       "finetune_steps": 8212, "utils.run.batch_size": 32,
       "dropout_rate": 0.1, "mtf_th.BertAdamOptimizer.weight_decay_rate": 0.01,
       "MIXTURE_NAME": "th_mlm"}),
     (["models/albert_base.gin", "experiments/finetune_albert.gin"],
-     "mtf_th.BertAdamOptimizer", "mtf_th.finetune_warmup_linear_decay",
-     {"mtf_th.finetune_warmup_linear_decay.learning_rate": 5e-5,
-      "mtf_th.finetune_warmup_linear_decay.warmup_steps": 365,
+     "mtf_th.BertAdamOptimizer", "mtf_th.warmup_linear_decay",
+     {"mtf_th.warmup_linear_decay.learning_rate": 5e-5,
+      "mtf_th.warmup_linear_decay.warmup_steps": 365,
       "finetune_steps": 3649, "utils.run.batch_size": 48,
       "dropout_rate": 0.0, "MIXTURE_NAME": "th_mlm_sop"}),
 ])
@@ -364,14 +364,29 @@ def test_finetune_settings_per_model_kind(files, optimizer, schedule,
 
 def test_finetune_schedule_counts_from_the_first_fine_tuning_step():
   import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.training import finetuning  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import optimizers  # pylint: disable=g-import-not-at-top
   steps = [125000, 125500, 126000, 130500, 135000]
   with tf.Graph().as_default():
     step = tf.placeholder(tf.int64, [])
-    rate = finetuning.finetune_warmup_linear_decay(
+    rate = optimizers.warmup_linear_decay(
         step, 135000, learning_rate=3e-5, warmup_steps=1000,
         start_step=125000)
     with tf.Session() as sess:
       values = [sess.run(rate, {step: s}) for s in steps]
   assert values == pytest.approx([0.0, 1.5e-5, 2.7e-5, 1.35e-5, 0.0],
                                  abs=1e-10)
+
+
+def test_preflight_checks_the_fine_tuning_schedule_over_its_own_steps():
+  """500 fine-tuning steps cannot hold finetune_bert.gin's 821 warm-up
+  steps, although the global step count (P + 500) can."""
+  from mtf_talking_heads import optimizers  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
+  files = ["models/bert_base.gin", "experiments/finetune_bert.gin"]
+  start = ["mtf_th.warmup_linear_decay.start_step = 100000"]
+  training.parse_gin(files, start + ["utils.run.total_run_steps = 100500"])
+  with pytest.raises(ValueError, match=r"train_steps \(500\) must be larger "
+                     r"than mtf_th.warmup_linear_decay.warmup_steps \(821\)"):
+    optimizers.check_settings()
+  training.parse_gin(files, start + ["utils.run.total_run_steps = 108212"])
+  optimizers.check_settings()  # finetune_bert.gin's own 8212 steps fit

@@ -4,8 +4,8 @@ Owns finetune() (paper section 7.1: fine-tuning adds 131072 steps to the
 pre-trained model; gin/experiments/finetune.gin): it starts utils.run from
 the pre-trained checkpoint (init_checkpoint), never writes to the
 pre-training directory, and resumes like train(); and
-mtf_th.finetune_warmup_linear_decay, BERT's and ALBERT's fine-tuning
-schedule counted from the step fine-tuning starts at
+binds mtf_th.warmup_linear_decay.start_step, so that BERT's and ALBERT's
+schedule warms up and decays over the fine-tuning steps only
 (experiments/finetune_bert.gin, finetune_albert.gin).
 """
 import os
@@ -23,36 +23,6 @@ from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import estimator as estimator_lib
 from mtf_talking_heads.training import loop
 from mtf_talking_heads.training import settings as settings_lib
-
-
-@gin.configurable(module="mtf_th")
-def finetune_warmup_linear_decay(step, total_train_steps,
-                                 learning_rate=gin.REQUIRED,
-                                 warmup_steps=gin.REQUIRED, start_step=0):
-  """optimizers.warmup_linear_decay over the fine-tuning steps only.
-
-  BERT's and ALBERT's fine-tuning warm up from 0 and decay linearly to 0
-  over the fine-tuning run, whose global steps continue the pre-training's:
-  the schedule of step s is warmup_linear_decay(s - start_step,
-  total_train_steps - start_step).  finetune() binds start_step to the
-  pre-trained checkpoint's step.
-
-  Example (ALBERT's MNLI: 3e-5, warm-up 1000 of 10000 steps) after 125000
-  pre-training steps: 1.5e-5 at step 125500, 2.7e-5 at 126000 (the decay,
-  like BERT's, counts from the first fine-tuning step), 0 at 135000.
-
-  Args:
-    step: the global step, a scalar tf.Tensor.
-    total_train_steps: the last global step (utils.run.total_run_steps).
-    learning_rate: the peak rate.
-    warmup_steps: warm-up steps, counted from start_step.
-    start_step: the global step fine-tuning starts from.
-  Returns:
-    a float32 scalar tf.Tensor.
-  """
-  return optimizers.warmup_linear_decay(
-      tf.cast(step, tf.int64) - start_step, total_train_steps - start_step,
-      learning_rate=learning_rate, warmup_steps=warmup_steps)
 
 
 def finetune(model_dir, pretrained_model_dir, gin_files=(), gin_params=(),
@@ -98,8 +68,7 @@ def finetune(model_dir, pretrained_model_dir, gin_files=(), gin_params=(),
     gin.bind_parameter("utils.run.train_steps", step + finetune_steps)
     gin.bind_parameter("utils.run.total_run_steps", step + finetune_steps)
     gin.bind_parameter("utils.run.seen_data_init_step", step)
-    gin.bind_parameter("mtf_th.finetune_warmup_linear_decay.start_step",
-                       step)
+    gin.bind_parameter("mtf_th.warmup_linear_decay.start_step", step)
   loop.require_train_fn()
   settings, _ = checks.preflight(tpu)
   checkpoints.check_checkpoint_matches([path], settings,
