@@ -165,7 +165,7 @@ def compute_r(a, p_dynamic, d_a):
   return _float32(mtf.einsum([a, p_dynamic], reduced_dims=[d_a]))
 
 
-def fold_dynamic(p, dynamic):
+def fold_dynamic(p, dynamic, reduced=None):
   """The projections to einsum J (or W) with: P + R_0, then the other R's.
 
   Appendix A writes L = einsum(J, P_l) + einsum(J, R_Xl) + einsum(J, R_Ml),
@@ -186,11 +186,24 @@ def fold_dynamic(p, dynamic):
     [P_l + R_Xl: [batch, length, heads_k, heads], R_Ml]
 
   Args:
-    p: P_l[h_k, h] or P_w[h, h_v].
+    p: P_l[h_k, h] or P_w[h, h_v]; None: no projection (the two heads dims
+      are one dim), so the result is empty.
     dynamic: the R tensors that add to p (float32), X-dependent first.
+    reduced: the heads dim p reduces (heads_k or heads), for the error.
   Returns:
-    a list of float32 tensors, 1 + max(0, len(dynamic) - 1) long.
+    a list of float32 tensors, 1 + max(0, len(dynamic) - 1) long ([] when
+    p is None).
+  Raises:
+    ValueError: dynamic terms without p (they would be dropped).
   """
+  if p is None:
+    if dynamic:
+      raise ValueError(
+          "%d dynamic R tensor(s) (dynamic_l / dynamic_w) but no P_l / P_w "
+          "to add them to: the heads dims on either side are the same dim "
+          "%r; name them differently (heads_k, heads, heads_v) or drop the "
+          "dynamic terms" % (len(dynamic), getattr(reduced, "name", reduced)))
+    return []
   p = _float32(p)
   if not dynamic:
     return [p]
@@ -216,36 +229,21 @@ def compute_l(j, p_l, dims, dynamic_l=(), bias=None):
     ValueError: if dynamic_l is given without p_l (the dynamic terms add to
       P_l, so without it they would be dropped).
   """
-  l = _project(j, p_l, dynamic_l, dims.heads_k, "l")
+  l = _project(j, p_l, dynamic_l, dims.heads_k)
   if bias is not None:
     l += _float32(bias)
   return l
 
 
-_PROJECTIONS = {"l": ("logits", "heads_k and heads"),
-                "w": ("weights", "heads and heads_v")}
-
-
-def _project(x, p, dynamic, reduced, which):
+def _project(x, p, dynamic, reduced):
   """einsum(x, P + R_0) + einsum(x, R_1) ...; x itself without P.
 
-  Shared by compute_l (x = J, which = "l") and compute_u (x = W, "w").
-  Raises ValueError when dynamic terms come without their P.
+  Shared by compute_l (x = J, reduced heads_k) and compute_u (W, heads).
   """
-  if p is None and dynamic:
-    kind, dims_text = _PROJECTIONS[which]
-    raise ValueError(
-        "compute_%s: dynamic_%s has %d R_%s tensor(s) but p_%s is None; the "
-        "dynamic terms add to the %s projection P_%s: pass p_%s (%s as "
-        "different dims) or drop dynamic_%s" % (
-            "u" if which == "w" else "l", which, len(dynamic), which, which,
-            kind, which, which, dims_text, which))
-  if p is None:
-    return x
-  y = None
-  for q in fold_dynamic(p, dynamic):
+  y = x
+  for i, q in enumerate(fold_dynamic(p, dynamic, reduced)):
     term = mtf.einsum([x, q], reduced_dims=[reduced])
-    y = term if y is None else y + term
+    y = term if i == 0 else y + term
   return y
 
 
@@ -277,7 +275,7 @@ def compute_u(w, p_w, dims, dynamic_w=()):
     ValueError: if dynamic_w is given without p_w (the dynamic terms add to
       P_w, so without it they would be dropped).
   """
-  return _project(w, p_w, dynamic_w, dims.heads, "w")
+  return _project(w, p_w, dynamic_w, dims.heads)
 
 
 def compute_o(u, v, memory_length):

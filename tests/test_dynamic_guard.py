@@ -70,8 +70,8 @@ def test_compute_l_refuses_dynamic_terms_without_p_l(g):
   with pytest.raises(ValueError) as e:
     attention.compute_l(j, None, dims, dynamic_l=[r])
   message = str(e.value)
-  assert "dynamic_l" in message and "p_l is None" in message
-  assert "pass p_l" in message and "drop dynamic_l" in message
+  assert "dynamic_l" in message and "no P_l / P_w" in message
+  assert "'heads'" in message and "drop the dynamic terms" in message
   assert attention.compute_l(j, None, dims) is j  # no dynamic terms: L = J
 
 
@@ -82,8 +82,8 @@ def test_compute_u_refuses_dynamic_terms_without_p_w(g):
   with pytest.raises(ValueError) as e:
     attention.compute_u(w, None, dims, dynamic_w=[r])
   message = str(e.value)
-  assert "dynamic_w" in message and "p_w is None" in message
-  assert "pass p_w" in message and "drop dynamic_w" in message
+  assert "dynamic_w" in message and "no P_l / P_w" in message
+  assert "'heads'" in message and "drop the dynamic terms" in message
   assert attention.compute_u(w, None, dims) is w  # no dynamic terms: U = W
 
 
