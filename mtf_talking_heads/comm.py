@@ -54,7 +54,7 @@ VARIANTS = ("multi_head", "talking_heads", "project_logits",
 COLUMNS = ("variant", "strategy", "mesh_shape", "layout", "allreduce",
            "alltoall", "allconcat", "einsum_replication",
            "max_slice_elements", "ring_bytes_per_device")
-BYTES_PER_ELEMENT = 4  # the accounting graph is float32 throughout
+BYTES_PER_ELEMENT = sharding.BYTES_PER_ELEMENT  # the graph is float32
 Config = collections.namedtuple(
     "Config", ["variant", "heads_k", "heads", "heads_v", "d_k", "d_v",
                "d_model", "length", "batch", "dynamic"])

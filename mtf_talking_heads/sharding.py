@@ -73,6 +73,7 @@ BATCH = "batch"
 LENGTH = "length"
 MEMORY_LENGTH = "memory_length"
 D_MODEL = "d_model"
+BYTES_PER_ELEMENT = 4  # ring bytes are priced in float32 elements
 _CORE_SUFFIX = "_core"  # heads dims inside a split core: whole, on no axis
 
 
@@ -224,7 +225,11 @@ class Strategy(object):
       batch: the batch size.
       length: the sequence length (n = m).
     """
-    check_layout(dims, MeshLayout(mesh_shape, layout), batch, length)
+    self._check(dims, MeshLayout(mesh_shape, layout), batch, length)
+
+  def _check(self, dims, mesh, batch, length):
+    """check() on a MeshLayout: the layer's layout must split cleanly."""
+    check_layout(dims, mesh, batch, length)
 
   def self_attention(self, layer, context, x):
     """Y of `layer` (a layers.AttentionLayer) over x: Q, K, V, core, Y.
@@ -377,14 +382,9 @@ def _mix_heads(x, p, reduced, new, dynamic):
   Raises:
     ValueError: if `dynamic` is given without p (it would be dropped).
   """
-  if p is None and dynamic:
-    raise ValueError(
-        "%d dynamic R tensor(s) but no P_l / P_w to add them to (the heads "
-        "dims on either side are the same dim %r): name them differently "
-        "or drop the dynamic terms" % (len(dynamic), reduced.name))
-  if p is None:
+  folded = attention.fold_dynamic(p, dynamic, reduced)
+  if not folded:
     return x
-  folded = attention.fold_dynamic(p, dynamic)
   y = project_heads(folded[0], x, reduced, new)
   for r in folded[1:]:
     y += mtf.einsum([x, r], output_shape=y.shape)
@@ -522,12 +522,8 @@ class _SplitCore(Strategy):
     helpers = [self.shard_dim + "_local", self.split_name + "_per_shard"]
     return rename, helpers
 
-  def check(self, dims, mesh_shape, layout, batch, length):
-    """See Strategy.check; also needs the shard rule and S % P == 0."""
-    mesh = MeshLayout(mesh_shape, layout)
-    self._check(dims, mesh, batch, length)
-
   def _check(self, dims, mesh, batch, length):
+    """See Strategy.check; needs the shard rule and S % P == 0."""
     cls = type(self).__name__
     axis = self.mesh_axis
     if not mesh.has_axis(axis):
@@ -1233,16 +1229,14 @@ class Auto(Strategy):
     for name in self.candidates:
       strategy = self._make(name)
       try:
-        if isinstance(strategy, _SplitCore):
-          strategy._check(dims, mesh, batch, length)  # pylint: disable=protected-access
-        else:
-          check_layout(dims, mesh, batch, length)
+        strategy._check(dims, mesh, batch, length)  # pylint: disable=protected-access
       except ValueError as e:
         table[name] = str(e)
         first_error = first_error or e
         continue
-      table[name] = 4 * _predict(name, dims, mesh, batch, length, d_model,
-                                 dynamic, self.mesh_axis, memory_length)
+      table[name] = BYTES_PER_ELEMENT * _predict(
+          name, dims, mesh, batch, length, d_model, dynamic, self.mesh_axis,
+          memory_length)
     priced = [n for n in self.candidates if not isinstance(table[n], str)]
     if not priced:
       raise first_error
