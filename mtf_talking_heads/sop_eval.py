@@ -24,6 +24,8 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import training
+from mtf_talking_heads.training import checkpoints as checkpoints_lib
+from mtf_talking_heads.training import estimator as estimator_lib
 
 EVAL_SEED = 4321  # as mtf_th.evaluate_checkpoints: fixed held-out noise
 
@@ -64,7 +66,7 @@ def _score(estimator, vocabulary, sequence_length, batch_size,
            checkpoints, options, **unused):
   """utils.run hook: SOP accuracy and loss of each checkpoint."""
   del vocabulary, train_dataset_fn, train_steps, ensemble_inputs, unused
-  training._configure_estimator(estimator, options["seed"])  # pylint: disable=protected-access
+  estimator_lib.configure_estimator(estimator, options["seed"])
   dataset_fn = functools.partial(sop_dataset, sequence_length,
                                  options["split"], options["seed"],
                                  options["max_examples"])
@@ -114,8 +116,8 @@ def evaluate_sop(model_dir, gin_files=(), gin_params=(),
     ConfigError: a bad configuration, a model that is not aligned, or no
       checkpoint; before any graph is built.
   """
-  training._check_model_dir(model_dir)  # pylint: disable=protected-access
-  training.parse_gin(training._operative_gin(model_dir, gin_files),  # pylint: disable=protected-access
+  estimator_lib.check_model_dir(model_dir)
+  training.parse_gin(checkpoints_lib.operative_gin(model_dir, gin_files),
                      gin_params)
   settings, _ = training.preflight()
   if settings.model_type != "aligned":
@@ -127,12 +129,12 @@ def evaluate_sop(model_dir, gin_files=(), gin_params=(),
         "the model in %s was trained on %r, which has no sentence-order "
         "labels: train with objectives/mlm_sop.gin (models/albert_base.gin "
         "does)" % (model_dir, settings.mixture))
-  checkpoints = training._checkpoint_paths(model_dir, checkpoint_steps)  # pylint: disable=protected-access
-  training._match_checkpoint_dtype(checkpoints[-1][1])  # pylint: disable=protected-access
+  checkpoints = checkpoints_lib.checkpoint_paths(model_dir, checkpoint_steps)
+  checkpoints_lib.match_checkpoint_dtype(checkpoints[-1][1])
   training.check_checkpoint_matches([p for _, p in checkpoints], settings)
   results = []
   fn = functools.partial(_score, results=results, checkpoints=checkpoints,
                          options={"split": split, "seed": seed,
                                   "max_examples": max_examples})
-  training._run(model_dir, None, None, None, fn, settings)  # pylint: disable=protected-access
+  estimator_lib.run(model_dir, None, None, None, fn, settings)
   return results

@@ -19,6 +19,7 @@ from mtf_talking_heads import cli
 from mtf_talking_heads import data  # noqa: F401  (registers the tasks)
 from mtf_talking_heads import sweep
 from mtf_talking_heads.data import downstream
+from mtf_talking_heads.data import vocab
 from mtf_talking_heads.sweep import finetune as finetune_lib
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import metrics
@@ -143,7 +144,25 @@ def test_paper_mixture_data_check(tmp_path):
 
 def test_constants_agree_with_t5():
   assert finetune_lib.T5_VOCABULARY == t5.data.DEFAULT_SPM_PATH
-  assert finetune_lib.COLUMNS == sweep.results.FINETUNE_COLUMNS
+  assert list(vocab.PUBLISHED_PIECES) == [t5.data.DEFAULT_SPM_PATH]
+
+
+def test_published_vocabulary_size_is_known_without_reading_it():
+  """t5's 32000-piece vocabulary + 100 sentinels, as t5.data.get_default_
+  vocabulary() reports it, with no GCS access (the path does not exist
+  here: reading it would fail)."""
+  import gin  # pylint: disable=g-import-not-at-top
+  with gin.unlock_config():
+    gin.bind_parameter("th_data.vocabulary_options.path",
+                       t5.data.DEFAULT_SPM_PATH)
+  try:
+    assert vocab.vocab_size_of(vocab.get_vocabulary()) == 32100
+    assert vocab.vocab_size_of(seqio.SentencePieceVocabulary(
+        t5.data.DEFAULT_SPM_PATH, extra_ids=100)) == 32100
+    assert vocab.vocab_size_of(seqio.ByteVocabulary()) == 259
+  finally:
+    with gin.unlock_config():
+      gin.clear_config()
 
 
 def _fake_tfds(root, names):
@@ -390,3 +409,38 @@ def test_preflight_checks_the_fine_tuning_schedule_over_its_own_steps():
     optimizers.check_settings()
   training.parse_gin(files, start + ["utils.run.total_run_steps = 108212"])
   optimizers.check_settings()  # finetune_bert.gin's own 8212 steps fit
+
+
+def test_scoring_gives_each_task_its_own_outputs(monkeypatch):
+  """_score_with_estimator with a stand-in decoder that answers every input
+  with its own reference target: 100 on every metric; the same answers in
+  the wrong order (a slicing error between tasks) are not."""
+  from mtf_talking_heads.training import decoding  # pylint: disable=g-import-not-at-top
+  tasks = metrics.scored_tasks(downstream.MIXTURE + downstream.BYTES_SUFFIX)
+  lengths = {"inputs": 256, "targets": 32}
+  answers = {}
+  for task in tasks:
+    for ex in metrics.task_examples(task, lengths, "validation", 6):
+      answers[tuple(int(t) for t in ex["inputs"] if t)] = (
+          ex["targets_pretokenized"])
+  order = [1]
+
+  def decode_rows(estimator, vocabulary, ids, batch_size, checkpoint):
+    out = [answers[tuple(int(t) for t in row if t)] for row in ids]
+    return out[::order[0]]
+
+  monkeypatch.setattr(decoding, "decode_rows", decode_rows)
+  monkeypatch.setattr(metrics.estimator_lib, "configure_estimator",
+                      lambda estimator, seed: None)
+
+  def score():
+    results = []
+    metrics._score_with_estimator(  # pylint: disable=protected-access
+        None, None, lengths, 4, None, None, None, results, (7, "ckpt"),
+        {"tasks": tasks, "split": "validation", "max_examples": 6})
+    return {(r["task"], r["metric"]): r["value"] for r in results}
+
+  perfect = score()
+  assert len(perfect) == 3 and set(perfect.values()) == {100.0}, perfect
+  order[0] = -1  # every task now gets the other task's answers
+  assert min(score().values()) < 50.0

@@ -204,8 +204,7 @@ def _preflight(job, tpu):
       gin_files, gin_params = gin_of(row)
       try:
         training.parse_gin(gin_files, gin_params)
-        with _remote_vocabulary_size(job):
-          training.preflight(tpu=tpu)
+        training.preflight(tpu=tpu)
       except training.ConfigError as e:
         failed.append(row.name)
         print("%s: error: row %s: %s" % (PROG, row.name, e), file=sys.stderr)
@@ -219,19 +218,6 @@ def _preflight(job, tpu):
       print("%s: pre-flight of `%s` passed for all %d rows"
             % (PROG, command, len(job.rows)), file=sys.stderr)
   return code
-
-
-def _remote_vocabulary_size(job):
-  """With the paper's mixture, t5's vocabulary is on GCS: a dry run does not
-  read it and takes its known size (32000 pieces + 100 sentinels)."""
-  import contextlib  # pylint: disable=g-import-not-at-top
-  from unittest import mock  # pylint: disable=g-import-not-at-top
-  if not (job.finetune and job.finetune.vocabulary_params()):
-    return contextlib.nullcontext()
-  from mtf_talking_heads.sweep import finetune  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.training import settings  # pylint: disable=g-import-not-at-top
-  return mock.patch.object(settings, "vocab_size",
-                           lambda: finetune.T5_VOCAB_SIZE)
 
 
 def _check_data(job):

@@ -170,6 +170,12 @@ def resolve_vocab_path(path=None, size=None, param="th_data.vocabulary_options.p
   return default_vocab_path(DEFAULT_VOCAB_SIZE if size is None else size)
 
 
+# Published vocabularies whose number of pieces is known without reading them
+# (a pre-flight or dry run must not reach GCS): t5.data.DEFAULT_SPM_PATH.
+PUBLISHED_PIECES = {"gs://t5-data/vocabs/cc_all.32000/sentencepiece.model":
+                    32000}
+
+
 class LazySentencePieceVocabulary(seqio.SentencePieceVocabulary):
   """A seqio SentencePieceVocabulary whose model file is resolved on use.
 
@@ -202,6 +208,20 @@ class LazySentencePieceVocabulary(seqio.SentencePieceVocabulary):
 
 
 _VOCABULARY = LazySentencePieceVocabulary()
+
+
+def vocab_size_of(vocabulary):
+  """vocabulary.vocab_size, but a published SentencePiece vocabulary's
+  (PUBLISHED_PIECES + extra ids) without reading its file."""
+  if isinstance(vocabulary, LazySentencePieceVocabulary):
+    path = vocabulary_options()["path"]  # resolving would read the file
+  elif isinstance(vocabulary, seqio.SentencePieceVocabulary):
+    path = vocabulary.sentencepiece_model_file
+  else:
+    path = None
+  if path in PUBLISHED_PIECES:
+    return PUBLISHED_PIECES[path] + vocabulary.extra_ids
+  return vocabulary.vocab_size
 
 
 def get_vocabulary():

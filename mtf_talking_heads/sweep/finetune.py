@@ -37,7 +37,6 @@ PAPER_MIXTURE = "th_finetune_squad_glue_superglue"
 # t5.data.DEFAULT_SPM_PATH (tests check they agree) and its size with t5's
 # 100 sentinels.
 T5_VOCABULARY = "gs://t5-data/vocabs/cc_all.32000/sentencepiece.model"
-T5_VOCAB_SIZE = 32100
 ENCODER_DECODER_MODELS = ("t5", "encdec")
 # results.csv columns of the stage (after results.RESULT_COLUMNS).
 COLUMNS = results.FINETUNE_COLUMNS

@@ -76,7 +76,7 @@ def row_costs(row, d_model, length):
     return None, None, None
   variant, hk, h, hv, dk, dv, d, _, dynamic = rows_lib.cost_args(row, d_model)
   folded = costs.attention_costs(variant, hk, h, hv, dk, dv, d, length,
-                                 dynamic=dynamic, fold_dynamic=True)
+                                 dynamic=dynamic, fold_dynamic="paper")
   executed = costs.attention_costs(variant, hk, h, hv, dk, dv, d, length,
                                    dynamic=dynamic, fold_dynamic="code")
   return folded["params"], folded["multiplies"], executed["multiplies"]

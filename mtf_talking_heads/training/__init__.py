@@ -62,8 +62,6 @@ from mtf_talking_heads.training.checkpoints import check_checkpoint_matches
 from mtf_talking_heads.training.checkpoints import checkpoint_steps
 from mtf_talking_heads.training.checkpoints import configured_variables
 from mtf_talking_heads.training.checkpoints import latest_step
-from mtf_talking_heads.training.checkpoints import parameter_count
-from mtf_talking_heads.training.checkpoints import trainable_variable_names
 from mtf_talking_heads.training.checks import check_settings
 from mtf_talking_heads.training.checks import preflight
 from mtf_talking_heads.training.decoding import decode
@@ -85,18 +83,6 @@ from mtf_talking_heads.training.settings import parse_gin
 from mtf_talking_heads.training.settings import resolve_gin_file
 from mtf_talking_heads.training.settings import Settings
 
-# The private names of the former training.py that sop_eval.py calls.
-from mtf_talking_heads.training import checkpoints as _checkpoints  # pylint: disable=g-bad-import-order
-from mtf_talking_heads.training import estimator as _estimator  # pylint: disable=g-bad-import-order
-
-_check_model_dir = _estimator.check_model_dir
-_checkpoint_paths = _checkpoints.checkpoint_paths
-_configure_estimator = _estimator.configure_estimator
-_eval_dataset = eval_dataset
-_match_checkpoint_dtype = _checkpoints.match_checkpoint_dtype
-_operative_gin = _checkpoints.operative_gin
-_run = _estimator.run
-
 __all__ = [
     "available_cpu_devices",
     "check_checkpoint_matches",
@@ -114,7 +100,6 @@ __all__ = [
     "latest_step",
     "mesh_devices",
     "OrderReadsBeforeWritesHook",
-    "parameter_count",
     "parse_gin",
     "preflight",
     "resolve_gin_file",
@@ -122,6 +107,5 @@ __all__ = [
     "Settings",
     "train",
     "train_model",
-    "trainable_variable_names",
     "TrainingError",
 ]

@@ -10,13 +10,11 @@ to.
 """
 import contextlib
 import os
-import re
 
 import gin
 import mesh_tensorflow as mtf
 from mesh_tensorflow.transformer import transformer
 from mesh_tensorflow.transformer import utils as mtf_utils
-import numpy as np
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import progress
@@ -264,26 +262,3 @@ def operative_gin(model_dir, gin_files):
         "no --gin_file given and %s has no operative_config.gin: give the "
         "gin files the model was trained with" % model_dir)
   return [path]
-
-
-# --------------------------------------------------------------------------
-# what they hold (for tests)
-
-
-def trainable_variable_names(model_dir):
-  """Names of the variables in model_dir's latest checkpoint (for tests)."""
-  path = tf.train.latest_checkpoint(model_dir)
-  return sorted(name for name, _ in tf.train.list_variables(path))
-
-
-def parameter_count(model_dir, pattern=""):
-  """Number of parameters in the latest checkpoint whose names match."""
-  path = tf.train.latest_checkpoint(model_dir)
-  regex = re.compile(pattern)
-  total = 0
-  for name, shape in tf.train.list_variables(path):
-    if "/slot_" in name or name.startswith("global_step") or "adafactor" in \
-        name.lower() or not regex.search(name):
-      continue
-    total += int(np.prod(shape)) if shape else 1
-  return total

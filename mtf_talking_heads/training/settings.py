@@ -187,6 +187,7 @@ def vocab_size():
   if vocabulary is None:
     raise errors.ConfigError("utils.run.vocabulary is not set: include an "
                              "objective file (objectives/*.gin)")
+  from mtf_talking_heads.data import vocab  # pylint: disable=g-import-not-at-top
   if isinstance(vocabulary, (tuple, list)):
-    return max(v.vocab_size for v in vocabulary)
-  return vocabulary.vocab_size
+    return max(vocab.vocab_size_of(v) for v in vocabulary)
+  return vocab.vocab_size_of(vocabulary)
