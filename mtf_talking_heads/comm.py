@@ -48,6 +48,7 @@ from mtf_talking_heads import costs
 from mtf_talking_heads import harness
 from mtf_talking_heads import layers
 from mtf_talking_heads import sharding
+from mtf_talking_heads import validation
 
 VARIANTS = ("multi_head", "talking_heads", "project_logits",
             "project_weights")
@@ -142,10 +143,11 @@ def default_layout(layer, mesh_shape, d_model=768):
   return ";".join(rules)
 
 
-def full_layout(layout, strategy):
-  """`layout` plus the rules `strategy` needs (those already there kept)."""
+def full_layout(layout, pairs):
+  """`layout` plus the (dim, axis) `pairs` it lacks (e.g. a strategy's
+  layout_rules()), in order."""
   rules = [r for r in re.split(r"[;,\s]+", layout or "") if r]
-  for pair in strategy.layout_rules():
+  for pair in pairs:
     rule = "%s:%s" % pair
     if rule not in rules:
       rules.append(rule)
@@ -237,7 +239,9 @@ def measure(config, strategy_name, mesh_shape, layout=None, vocab=128,
     strategy_name: a key of sharding.STRATEGIES.
     mesh_shape: e.g. "model:8" or "batch:2;model:4".
     layout: layout rules for the layer's dims (None: default_layout); the
-      strategy's own rules (layout_rules()) are appended.
+      strategy's own rules (layout_rules()) are appended, except for "auto",
+      which adds its rule itself when it picks a split strategy (the
+      `layout` column then shows it).
     vocab: vocabulary size of the Unitransformer.
     lower_only: build and lower, do not open a session.
   Returns:
@@ -251,7 +255,9 @@ def measure(config, strategy_name, mesh_shape, layout=None, vocab=128,
   if layout is None:
     layout = default_layout(layer, mesh_shape, config.d_model)
   check_config(config, mesh_shape, layout)
-  layout = full_layout(layout, strategy)
+  auto = isinstance(strategy, sharding.Auto)
+  if not auto:
+    layout = full_layout(layout, strategy.layout_rules())
   mesh = sharding.MeshLayout(mesh_shape, layout)
   strategy.check(layer.dims, mesh_shape, layout, config.batch, config.length)
   run = harness.Harness(
@@ -262,11 +268,9 @@ def measure(config, strategy_name, mesh_shape, layout=None, vocab=128,
   summary = summarize_counters(run.lowering.counters, mesh_shape)
   max_slice, max_size = core_activation_slices(run.lowering, layer.dims)
   name = strategy.name
-  if isinstance(strategy, sharding.Auto):
-    chosen, _, _ = strategy.choose(layer.dims, mesh, config.batch,
-                                   config.length, config.d_model,
-                                   config.dynamic)
-    name = "auto:" + chosen.name
+  if auto:  # what the layer ran, and the rules it added to the model's
+    name = "auto:" + strategy.picked
+    layout = full_layout(layout, validation.parse_layout(run.model.layout))
   result = dict(
       variant=config.variant + "".join("+" + t for t in config.dynamic),
       strategy=name, mesh_shape=mesh.mesh_shape_string,
@@ -297,7 +301,7 @@ def predict(config, strategy_name, mesh_shape, layout=None):
   layer = make_layer(config, strategy)
   if layout is None:
     layout = default_layout(layer, mesh_shape, config.d_model)
-  layout = full_layout(layout, strategy)
+  layout = full_layout(layout, strategy.layout_rules())
   return BYTES_PER_ELEMENT * sharding.predict_ring_elements(
       strategy_name, layer.dims, mesh_shape, layout, config.batch,
       config.length, config.d_model, config.dynamic)
@@ -313,7 +317,7 @@ def explain_auto(config, mesh_shape, layout=None):
   layer = make_layer(config, auto)
   if layout is None:
     layout = default_layout(layer, mesh_shape, config.d_model)
-  mesh = sharding.MeshLayout(mesh_shape, full_layout(layout, auto))
+  mesh = sharding.MeshLayout(mesh_shape, layout)
   chosen, predicted, table = auto.choose(layer.dims, mesh, config.batch,
                                          config.length, config.d_model,
                                          config.dynamic)

@@ -64,6 +64,9 @@ class Harness(object):
                mesh_impl_cls=None):
     del extra_layout_dims
     parse_mtf_defaults()
+    # one LayoutRules for the model and the mesh implementation, as t5's
+    # utils.run does (sharding.Auto may add its rule while the model builds)
+    layout = mtf.convert_to_layout_rules(layout)
     self.graph = tf.Graph()
     with self.graph.as_default():
       tf.set_random_seed(seed)

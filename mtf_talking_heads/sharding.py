@@ -1154,6 +1154,30 @@ def _predict(strategy_name, dims, mesh, batch, length, d_model, dynamic,
 _LOGGED = set()  # Auto's choices already logged (one line each)
 
 
+def add_layout_rules(layout, rules):
+  """Adds the missing (tensor dim, mesh axis) `rules` to `layout` in place.
+
+  This is how Auto adds its split strategies' rule: t5's utils.run converts
+  the gin layout to one mtf.LayoutRules and hands that object both to the
+  model (context.model.layout) and to the mesh implementation that lowers
+  the graph, so a rule added while the model is built is in the layout the
+  graph is lowered with.  mtf 0.1.21's LayoutRules has no method to add a
+  rule, hence the write to its pair set.
+
+  Args:
+    layout: an mtf.LayoutRules (anything else is left alone).
+    rules: (tensor dim name, mesh axis name) pairs.
+  Returns:
+    the pairs added (those the layout did not have).
+  """
+  if not isinstance(layout, mtf.LayoutRules):
+    return []
+  pairs = layout._pairs  # pylint: disable=protected-access
+  added = [tuple(r) for r in rules if tuple(r) not in pairs]
+  pairs.update(added)
+  return added
+
+
 def describe_choice(layer_name, mesh, batch, length, name, predicted, table,
                     memory_length=None):
   """The one line Auto logs: its pick, predicted bytes, the others'."""
@@ -1176,9 +1200,12 @@ class Auto(Strategy):
   formulas that tests/test_auto.py checks against mtf's counters) and runs
   the cheapest one that applies (ties: the earlier candidate), logging one
   line with its predicted bytes per device and those of the others.  Its
-  layout rule (core_shard on the mesh axis) is the split strategies' one;
-  on a mesh without that axis, or a model built without a layout, it runs
-  heads_parallel.  The default strategy of every attention layer.
+  layout rule (core_shard on the mesh axis) is the split strategies' one:
+  when it picks one of them and the layout lacks the rule, it adds it to
+  the model's mtf.LayoutRules (add_layout_rules), the object the mesh
+  implementation lowers with.  On a mesh without that axis, or a model
+  built without a layout, it runs heads_parallel.  The default strategy of
+  every attention layer.
 
   Args:
     mesh_axis: the axis the split strategies use.
@@ -1202,6 +1229,7 @@ class Auto(Strategy):
     self.mesh_axis = mesh_axis
     self.shard_dim = shard_dim
     self.candidates = tuple(candidates)
+    self.picked = None  # the name of the strategy last run
 
   def layout_rules(self):
     return [(self.shard_dim, self.mesh_axis)]
@@ -1213,18 +1241,32 @@ class Auto(Strategy):
       strategy.shard_dim = self.shard_dim
     return strategy
 
+  def with_rule(self, mesh):
+    """`mesh` plus this strategy's rule (shard_dim on mesh_axis), when the
+    mesh has that axis and the layout puts shard_dim on no axis yet."""
+    if (not mesh.has_axis(self.mesh_axis) or
+        mesh.axis_of(self.shard_dim) is not None):
+      return mesh
+    return MeshLayout(mesh.mesh_shape_string,
+                      validation.parse_layout(mesh.rules) +
+                      [(self.shard_dim, self.mesh_axis)])
+
   def choose(self, dims, mesh, batch, length, d_model, dynamic=(),
-             memory_length=None):
+             memory_length=None, add_rule=True):
     """(strategy, predicted bytes per device, {name: bytes or reason}).
 
     Args:
       dims: attention.AttentionDims.
-      mesh: a MeshLayout (mesh shape and layout, this strategy's rule in).
+      mesh: a MeshLayout (mesh shape and layout).
       batch, length, d_model, dynamic, memory_length: as
         predict_ring_elements.
+      add_rule: price the split strategies as if the layout had this
+        strategy's rule (with_rule), which _chosen then adds.
     Raises:
       ValueError: if no candidate applies (the first one's reason).
     """
+    if add_rule:
+      mesh = self.with_rule(mesh)
     table, first_error = {}, None
     for name in self.candidates:
       strategy = self._make(name)
@@ -1253,11 +1295,21 @@ class Auto(Strategy):
       return HeadsParallel()
     batch = _size_of(x, BATCH) or 1
     length = context.length_dim.size
+    layout = context.model.layout
+    # the rule can be added where the layout lacks it and is the object
+    # the mesh implementation lowers with (an mtf.LayoutRules)
+    can_add = (isinstance(layout, mtf.LayoutRules) and
+               self.with_rule(mesh) is not mesh)
     strategy, predicted, table = self.choose(
         layer.dims, mesh, batch, length, context.model.model_dim.size,
-        layer.dynamic, memory_length)
+        layer.dynamic, memory_length, add_rule=can_add)
+    added = (add_layout_rules(layout, strategy.layout_rules()) if can_add
+             else [])
     line = describe_choice(type(layer).__name__, mesh, batch, length,
                            strategy.name, predicted, table, memory_length)
+    if added:
+      line += "; added %s to the layout" % ";".join("%s:%s" % r for r in added)
+    self.picked = strategy.name
     if line not in _LOGGED:
       _LOGGED.add(line)
       tf.logging.info(line)

@@ -49,7 +49,8 @@ def impl_cls(mesh_shape):
 def layout_for(layer, mesh_shape, strategy):
   """comm.default_layout of `layer` plus the rules `strategy` needs."""
   return comm.full_layout(
-      comm.default_layout(layer, mesh_shape, D_MODEL), strategy)
+      comm.default_layout(layer, mesh_shape, D_MODEL),
+      strategy.layout_rules())
 
 
 class GreedyDecode(object):
@@ -66,6 +67,7 @@ class GreedyDecode(object):
   def __init__(self, layers_, mesh_shape, layout, mesh_impl_cls=None,
                batch=BATCH):
     harness.parse_mtf_defaults()
+    layout = mtf.convert_to_layout_rules(layout)  # one object, as t5 shares
     self.graph = tf.Graph()
     with self.graph.as_default():
       tf.set_random_seed(1)

@@ -20,9 +20,11 @@ predictions.
 """
 import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 import gin
+import numpy as np
 import pytest
 
 from mtf_talking_heads import comm
+from mtf_talking_heads import harness
 from mtf_talking_heads import layers
 from mtf_talking_heads import sharding
 from mtf_talking_heads.commands import comm as comm_command
@@ -86,19 +88,64 @@ def test_auto_is_the_default_and_gin_selectable():
 def test_auto_without_its_axis_or_rule_stays_heads_parallel():
   dims = layers.TalkingHeadsAttention(heads_k=4, heads=8, heads_v=4).dims
   auto = sharding.Auto()
-  for mesh_shape, layout in [
-      ("batch:8", "batch:batch;core_shard:model"),
-      ("model:4", "heads_k:model;heads_v:model"),
+  for mesh_shape, layout, add_rule in [
+      ("batch:8", "batch:batch;core_shard:model", True),
+      # a layout Auto may not add to (not an mtf.LayoutRules of the model)
+      ("model:4", "heads_k:model;heads_v:model", False),
       # gin/mtf_th.gin's defaults (the demo's one-device mesh), with the rule
       ("model:1", "batch:batch;d_ff:model;heads:model;vocab:model;"
-       "core_shard:model")]:
+       "core_shard:model", True)]:
     chosen, predicted, table = auto.choose(
-        dims, sharding.MeshLayout(mesh_shape, layout), 8, 8, 8)
+        dims, sharding.MeshLayout(mesh_shape, layout), 8, 8, 8,
+        add_rule=add_rule)
     assert chosen.name == "heads_parallel", table
     if mesh_shape == "model:4":
       assert "core_shard:model" in table["batch_split_gathered"]
     else:
       assert predicted == 0  # ties go to the first candidate
+
+
+def test_auto_prices_with_its_rule_added():
+  dims = layers.TalkingHeadsAttention(heads_k=4, heads=8, heads_v=4).dims
+  auto = sharding.Auto()
+  plain = sharding.MeshLayout("model:4", "heads_k:model;heads_v:model")
+  ruled = sharding.MeshLayout("model:4",
+                              "heads_k:model;heads_v:model;core_shard:model")
+  assert auto.with_rule(plain).rules._pairs == ruled.rules._pairs  # pylint: disable=protected-access
+  assert auto.with_rule(ruled) is ruled
+  # core_shard already on another axis: left as the user wrote it
+  other = sharding.MeshLayout("batch:2;model:2", "core_shard:batch")
+  assert auto.with_rule(other) is other
+  assert (auto.choose(dims, plain, 8, 8, 8)[2] ==
+          auto.choose(dims, ruled, 8, 8, 8)[2])
+
+
+def test_auto_adds_its_rule_to_the_model_layout_and_matches_one_device():
+  """Built on model:2 with a layout that lacks core_shard, Auto picks
+  batch_split_gathered, adds core_shard:model to the model's LayoutRules
+  (the object the mesh lowers with) and computes what one device does."""
+  def layer(strategy):
+    return layers.TalkingHeadsAttention(heads_k=4, heads=2, heads_v=4, d_k=2,
+                                        d_v=2, strategy=strategy)
+  auto = sharding.Auto()
+  kwargs = dict(d_model=8, vocab=16, batch=8, length=8)
+  sharded = harness.Harness([layer(auto)], mesh_shape="model:2",
+                            layout="heads_k:model;heads_v:model", **kwargs)
+  one = harness.Harness([layer(sharding.HeadsParallel(ordered=False))],
+                        **kwargs)
+  try:
+    assert auto.picked == "batch_split_gathered"
+    assert ("core_shard", "model") in sharded.model.layout._pairs  # pylint: disable=protected-access
+    assert sharded.counters, "lowered on one device"
+    one.assign(sharded.variable_values())
+    names = ["loss"] + ["grad:" + n for n in sharded.grads]
+    got, want = sharded.fetch(names), one.fetch(names)
+    for name in names:
+      np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6,
+                                 err_msg=name)
+  finally:
+    sharded.close()
+    one.close()
 
 
 def test_auto_refuses_bad_candidates():

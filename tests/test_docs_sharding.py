@@ -80,7 +80,7 @@ def test_the_auto_log_line_shown_is_the_one_written():
   auto = sharding.Auto()
   layer = comm.make_layer(config, auto)
   mesh = sharding.MeshLayout("model:8", comm.full_layout(
-      comm.default_layout(layer, "model:8"), auto))
+      comm.default_layout(layer, "model:8"), auto.layout_rules()))
   chosen, predicted, table = auto.choose(layer.dims, mesh, 2, 512, 768)
   assert shown == sharding.describe_choice(
       "TalkingHeadsAttention", mesh, 2, 512, chosen.name, predicted, table)
