@@ -26,14 +26,17 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/mtf_th demo
 
-# The whole suite (what CI runs): about 26 minutes on 2 cores, then the
-# strategy tests again with oneDNN's kernels (test-onednn).
+# The whole suite (what CI runs): about 26 minutes on 2 cores, on TF's
+# default (Eigen) CPU kernels, then the strategy tests again with oneDNN's
+# kernels (test-onednn).  Each pass pins its kernel path, because TF picks
+# oneDNN by itself on CPUs with AVX-512 (Intel, and newer AMD EPYC such as
+# the test machine of 2026-11-26): left to TF, both passes could run oneDNN.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
+	TF_ENABLE_ONEDNN_OPTS=0 $(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
 	$(MAKE) --no-print-directory test-onednn
 
 # The split strategies' cores run again with TF's oneDNN kernels forced on
-# (TF 2.15's default on recent Intel CPUs, off on many AMD ones), whose
+# (TF 2.15's default on CPUs with AVX-512, off on older ones), whose
 # Softmax refuses tensors of more than 5 dims (docs/sharding.md): every
 # non-matrix test of test_strategies.py (768 heads, errors, gin, greedy
 # decoding) and the batch:2 x model:4 column of its matrix, where the split
