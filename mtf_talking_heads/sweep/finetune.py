@@ -21,9 +21,9 @@ Mixtures:
       the pre-trained model's vocabulary).
 """
 import csv
-import math
 import os
 
+from mtf_talking_heads import comparison
 from mtf_talking_heads.sweep import gin_reader
 from mtf_talking_heads.sweep import results
 from mtf_talking_heads.sweep import rows as rows_lib
@@ -329,34 +329,25 @@ def downstream_markdown(plan):
   lines.append("|" + "|".join([":---"] + ["---:"] * len(keys)) + "|")
   best = {}
   for key in keys:
-    means = [_mean(values.get((r.name,) + key)) for r in plan.rows]
+    means = [comparison.mean_std(values.get((r.name,) + key, []))[0]
+             for r in plan.rows]
     means = [m for m in means if m is not None]
     best[key] = max(means) if len(means) > 1 else None
   for row in plan.rows:
     cells = [row.label]
     for key in keys:
-      seeds = values.get((row.name,) + key)
-      mean = _mean(seeds)
+      mean, std, n = comparison.mean_std(values.get((row.name,) + key, []))
       if mean is None:
         cells.append("")
         continue
       cell = "%.2f" % mean
       if best[key] is not None and cell == "%.2f" % best[key]:
         cell = "**%s**" % cell
-      if len(seeds) > 1:
-        cell += " (%.2f)" % _std(seeds)
+      if n > 1:
+        cell += " (%.2f)" % std
       cells.append(cell)
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
-
-
-def _mean(values):
-  return sum(values) / len(values) if values else None
-
-
-def _std(values):
-  mean = _mean(values)
-  return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 def needs_data(mixture):
