@@ -39,7 +39,6 @@ How this differs from ALBERT (docs/training.md lists it too):
     text of one document, as in ALBERT); a document's last, shorter piece
     gives a shorter example, which training packs with others.
 """
-import functools
 
 import gin
 import seqio
@@ -164,21 +163,9 @@ def label_only(ex):
 
 
 def _register(name, extra_preprocessors=()):
-  if name in seqio.TaskRegistry.names():
-    seqio.TaskRegistry.remove(name)
-  seqio.TaskRegistry.add(
-      name,
-      source=tasks.CorpusSource(None),  # gin th_data.corpus_paths, lazily
-      preprocessors=[
-          functools.partial(t5_preprocessors.rekey,
-                            key_map={"inputs": None, "targets": "text"}),
-          seqio.preprocessors.tokenize,
-          seqio.CacheDatasetPlaceholder(),
-          sop_mlm,
-          seqio.preprocessors.append_eos_after_trim,
-      ] + list(extra_preprocessors),
-      output_features=tasks.output_features(vocab.get_vocabulary()),
-      metric_fns=[])
+  # the corpus is read lazily: gin th_data.corpus_paths
+  tasks.add_text_task(name, tasks.CorpusSource(None), sop_mlm,
+                      vocab.get_vocabulary(), extra_preprocessors)
 
 
 _register(TRAIN_TASK)

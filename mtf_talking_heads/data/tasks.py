@@ -281,9 +281,17 @@ def output_features(vocabulary):
 def _add_task(name, source, objective, vocabulary, overwrite):
   if objective not in _OBJECTIVE_FNS:
     raise ValueError("objective must be one of %s, got %r" % (OBJECTIVES, objective))
+  if name in seqio.TaskRegistry.names() and not overwrite:
+    raise ValueError("Task %r is already registered (pass overwrite=True)." % name)
+  return add_text_task(name, source, _OBJECTIVE_FNS[objective], vocabulary)
+
+
+def add_text_task(name, source, objective_fn, vocabulary,
+                  extra_preprocessors=()):
+  """(Re-)registers seqio task `name`: documents of `source` ("text"), tokenized,
+  turned into examples by `objective_fn`, EOS appended, then
+  `extra_preprocessors`.  Returns name."""
   if name in seqio.TaskRegistry.names():
-    if not overwrite:
-      raise ValueError("Task %r is already registered (pass overwrite=True)." % name)
     seqio.TaskRegistry.remove(name)
   seqio.TaskRegistry.add(
       name,
@@ -293,9 +301,9 @@ def _add_task(name, source, objective, vocabulary, overwrite):
                             key_map={"inputs": None, "targets": "text"}),
           seqio.preprocessors.tokenize,
           seqio.CacheDatasetPlaceholder(),
-          _OBJECTIVE_FNS[objective],
+          objective_fn,
           seqio.preprocessors.append_eos_after_trim,
-      ],
+      ] + list(extra_preprocessors),
       output_features=output_features(vocabulary),
       metric_fns=[])
   return name
