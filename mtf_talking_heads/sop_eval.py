@@ -27,7 +27,7 @@ from mtf_talking_heads import training
 from mtf_talking_heads.training import checkpoints as checkpoints_lib
 from mtf_talking_heads.training import estimator as estimator_lib
 
-EVAL_SEED = 4321  # as mtf_th.evaluate_checkpoints: fixed held-out noise
+EVAL_SEED = estimator_lib.EVAL_SEED  # fixed held-out noise, as mtf_th eval
 
 
 def sop_dataset(sequence_length, split="validation", seed=EVAL_SEED,

@@ -130,7 +130,7 @@ def decode(model_dir, gin_files=(), gin_params=(), inputs=None,
     raise errors.ConfigError("--inputs: every input must be a non-empty string")
   results = []
   options = {"task": settings.mixture, "inputs": inputs,
-             "count": int(num_examples), "seed": 4321}
+             "count": int(num_examples), "seed": estimator_lib.EVAL_SEED}
   fn = functools.partial(_decode_with_estimator, results=results,
                          checkpoint=checkpoint, options=options)
   with errors.op_errors_stop("decoding with %s" % model_dir):

@@ -15,6 +15,10 @@ from mtf_talking_heads import compat
 from mtf_talking_heads.training import devices
 from mtf_talking_heads.training import errors
 
+# The seed every held-out scoring (eval, eval --metrics, decode, SOP) gives
+# its input pipeline and estimator, so each checkpoint sees identical inputs.
+EVAL_SEED = 4321
+
 
 def configure_estimator(estimator, seed):
   """Seeds the graph, shows every logical CPU device to the session and

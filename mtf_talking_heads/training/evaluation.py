@@ -24,7 +24,8 @@ from mtf_talking_heads.training import settings as settings_lib
 
 @gin.configurable(module="mtf_th")
 def evaluate_checkpoints(mixture_or_task_name=None, split="validation",
-                         max_eval_examples=None, seed=4321):
+                         max_eval_examples=None,
+                         seed=estimator_lib.EVAL_SEED):
   """Gin-configurable evaluation settings (bound in gin/objectives/*.gin).
 
   Args:

@@ -27,7 +27,6 @@ from mtf_talking_heads.training import estimator as estimator_lib
 
 DOWNSTREAM_RESULTS = "downstream_results.csv"
 COLUMNS = ("task", "metric", "value", "step", "examples")
-SEED = 4321
 
 
 def scored_tasks(name, split="validation"):
@@ -54,7 +53,7 @@ def task_examples(task, sequence_length, split, max_examples):
   rows = []
   with tf.Graph().as_default():
     ds = task.get_dataset(sequence_length, split=split, use_cached=False,
-                          shuffle=False, num_epochs=1, seed=SEED)
+                          shuffle=False, num_epochs=1, seed=estimator_lib.EVAL_SEED)
     if max_examples:
       ds = ds.take(max_examples)
     it = tf.data.make_one_shot_iterator(ds).get_next()
@@ -104,7 +103,7 @@ def _score_with_estimator(estimator, vocabulary, sequence_length, batch_size,
                           results, checkpoint, options, **unused):
   """utils.run hook: decodes every task's held-out inputs, scores them."""
   del train_dataset_fn, train_steps, ensemble_inputs, unused
-  estimator_lib.configure_estimator(estimator, SEED)
+  estimator_lib.configure_estimator(estimator, estimator_lib.EVAL_SEED)
   per_task = [(t, task_examples(t, sequence_length, options["split"],
                                 options["max_examples"]))
               for t in options["tasks"]]
