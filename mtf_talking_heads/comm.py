@@ -230,6 +230,19 @@ def check_config(config, mesh_shape, layout=None):
                        "'batch' (size %d)" % (config.batch, d.size))
 
 
+def _setup(config, strategy_name, mesh_shape, layout):
+  """(strategy, layer, layout) of one measurement: the layout is
+  default_layout's unless given, plus the strategy's rules (Auto adds its
+  own when it needs it)."""
+  strategy = sharding.make_strategy(strategy_name)
+  layer = make_layer(config, strategy)
+  if layout is None:
+    layout = default_layout(layer, mesh_shape, config.d_model)
+  if not isinstance(strategy, sharding.Auto):
+    layout = full_layout(layout, strategy.layout_rules())
+  return strategy, layer, layout
+
+
 def measure(config, strategy_name, mesh_shape, layout=None, vocab=128,
             lower_only=True):
   """Builds the benchmark unit for one strategy and returns its figures.
@@ -250,14 +263,9 @@ def measure(config, strategy_name, mesh_shape, layout=None, vocab=128,
   Raises:
     ValueError: (before any graph is built) if the strategy cannot apply.
   """
-  strategy = sharding.make_strategy(strategy_name)
-  layer = make_layer(config, strategy)
-  if layout is None:
-    layout = default_layout(layer, mesh_shape, config.d_model)
+  strategy, layer, layout = _setup(config, strategy_name, mesh_shape, layout)
   check_config(config, mesh_shape, layout)
   auto = isinstance(strategy, sharding.Auto)
-  if not auto:
-    layout = full_layout(layout, strategy.layout_rules())
   mesh = sharding.MeshLayout(mesh_shape, layout)
   strategy.check(layer.dims, mesh_shape, layout, config.batch, config.length)
   run = harness.Harness(
@@ -297,11 +305,7 @@ def predict(config, strategy_name, mesh_shape, layout=None):
   what every strategy sends alike (tests/test_auto.py: measured minus
   predicted is one constant per configuration).
   """
-  strategy = sharding.make_strategy(strategy_name)
-  layer = make_layer(config, strategy)
-  if layout is None:
-    layout = default_layout(layer, mesh_shape, config.d_model)
-  layout = full_layout(layout, strategy.layout_rules())
+  _, layer, layout = _setup(config, strategy_name, mesh_shape, layout)
   return BYTES_PER_ELEMENT * sharding.predict_ring_elements(
       strategy_name, layer.dims, mesh_shape, layout, config.batch,
       config.length, config.d_model, config.dynamic)
@@ -313,10 +317,8 @@ def explain_auto(config, mesh_shape, layout=None):
   One line per candidate (predicted ring bytes per device, or the reason
   it does not apply), then the choice.
   """
-  auto = sharding.Auto()
-  layer = make_layer(config, auto)
-  if layout is None:
-    layout = default_layout(layer, mesh_shape, config.d_model)
+  auto, layer, layout = _setup(config, sharding.Auto.name, mesh_shape,
+                               layout)
   mesh = sharding.MeshLayout(mesh_shape, layout)
   chosen, predicted, table = auto.choose(layer.dims, mesh, config.batch,
                                          config.length, config.d_model,
