@@ -962,33 +962,37 @@ class GatheredBatchSplit(BatchSplit):
                      plan.to_core(bias), core, dims=plan.dims)
     return plan.from_core(y)
 
+  def _gathered(self, layer, context, x, memory_fn, memory_length, bias):
+    """Y of x: X cut over the batch for free, the weights gathered, Q, K, V,
+    the core and Y on the cut batch, Y all-gathered.  memory_fn(plan,
+    x_core) gives the cut memory M (self-attention derives it from the cut
+    X, so that X's gradient is gathered once)."""
+    plan = self._plan(context, layer.dims, x)
+    weights = plan.gather_weights(layer.make_weights(context))
+    x_core = plan.to_core(x)
+    q = attention.compute_q(x_core, weights["p_q"], context.model.model_dim)
+    k, v, r_m = layer.memory_terms(context, memory_fn(plan, x_core), weights)
+    return self._attend(layer, context, plan, x_core, q, k, v, r_m, weights,
+                        memory_length, bias)
+
   def self_attention(self, layer, context, x):
     """See Strategy.self_attention."""
     if context.mode in _CACHING_MODES:
       return super().self_attention(layer, context, x)
-    plan = self._plan(context, layer.dims, x)
-    weights = plan.gather_weights(layer.make_weights(context))
     memory_length = layer.memory_length(context)
-    x_core = plan.to_core(x)
-    q = attention.compute_q(x_core, weights["p_q"], context.model.model_dim)
-    m = mtf.replace_dimensions(x_core, context.length_dim, memory_length)
-    k, v, r_m = layer.memory_terms(context, m, weights)
-    return self._attend(layer, context, plan, x_core, q, k, v, r_m, weights,
-                        memory_length, layer.self_attention_bias(context, x))
+    def memory_fn(unused_plan, x_core):
+      return mtf.replace_dimensions(x_core, context.length_dim, memory_length)
+    return self._gathered(layer, context, x, memory_fn, memory_length,
+                          layer.self_attention_bias(context, x))
 
   def enc_dec_attention(self, layer, context, x):
     """See Strategy.enc_dec_attention."""
     if context.mode in _CACHING_MODES:
       return super().enc_dec_attention(layer, context, x)
-    plan = self._plan(context, layer.dims, x)
-    weights = plan.gather_weights(layer.make_weights(context))
-    x_core = plan.to_core(x)
-    q = attention.compute_q(x_core, weights["p_q"], context.model.model_dim)
     m = context.encoder_output
     memory_length, = [d for d in m.shape.dims if d.name == MEMORY_LENGTH]
-    k, v, r_m = layer.memory_terms(context, plan.to_core(m), weights)
-    return self._attend(layer, context, plan, x_core, q, k, v, r_m, weights,
-                        memory_length, layer.enc_dec_bias(context))
+    return self._gathered(layer, context, x, lambda plan, _: plan.to_core(m),
+                          memory_length, layer.enc_dec_bias(context))
 
 
 # ------------------------------------------------------------- prediction
