@@ -27,6 +27,18 @@ Example (talking heads, h_k = h = h_v = 24, d_k = d_v = 32, d_model = 768):
   U: [batch, length, memory_length, heads_v]
   O: [batch, length, heads_v, d_v]       Y: [batch, length, d_model]
 
+Grouped talking heads (``dims.groups`` set, g groups): every heads dim is
+the *per-group* size and every tensor with heads also carries ``groups``,
+which the einsums carry like batch; only Y = einsum(O, P_o) reduces it too.
+So P_l[groups, h_k, h] and P_w[groups, h, h_v] mix heads only within a
+group: block-diagonal P_l[g h_k, g h] and P_w[g h, g h_v].  Example (h_k = h
+= h_v = 24 in 8 groups of 3):
+
+  Q: [batch, length, groups=8, heads_k=3, d_k]
+  J: [batch, length, memory_length, groups, heads_k]
+  P_l: [groups, heads_k, heads]           P_w: [groups, heads, heads_v]
+  P_o: [groups, heads_v, d_v, d_model]    Y: [batch, length, d_model]
+
 Logits, softmax and the talking-heads projections run in float32 whatever the
 activation dtype (bfloat16 logits near 1e4 would otherwise lose all
 precision; float64 activations stay float64); O and Y return to the
@@ -41,13 +53,20 @@ DYNAMIC_TERMS = ("x2l", "m2l", "x2w", "m2w")
 
 
 class AttentionDims(collections.namedtuple(
-    "AttentionDims", ["heads_k", "heads", "heads_v", "d_k", "d_v"])):
-  """The five named dimensions of talking-heads attention.
+    "AttentionDims", ["heads_k", "heads", "heads_v", "d_k", "d_v", "groups"],
+    defaults=(None,))):
+  """The named dimensions of talking-heads attention.
+
+  heads_k, heads, heads_v, d_k, d_v are the paper's h_k, h, h_v, d_k, d_v;
+  groups is None (ungrouped) or the groups dim of grouped talking heads, in
+  which case the three heads dims are per-group sizes.
 
   Example:
     AttentionDims(heads_k=Dimension("heads_k", 24), heads=Dimension("heads", 24),
                   heads_v=Dimension("heads_v", 24), d_k=Dimension("d_k", 32),
                   d_v=Dimension("d_v", 32))
+    grouped, 8 groups of 3: heads_k=Dimension("heads_k", 3), ...,
+      groups=Dimension("groups", 8)
   """
 
   @property
@@ -58,13 +77,54 @@ class AttentionDims(collections.namedtuple(
   def project_weights(self):
     return self.heads != self.heads_v
 
+  @property
+  def group_dims(self):
+    """[groups] for grouped attention, else []: put before the heads dims."""
+    return [self.groups] if self.groups is not None else []
+
   def renamed(self, mapping):
     """A copy with each dim whose name is a key of `mapping` renamed."""
     return AttentionDims(*[
+        None if d is None else
         mtf.Dimension(mapping.get(d.name, d.name), d.size) for d in self])
 
 
-def make_dims(heads_k, heads, heads_v, d_k, d_v):
+def _to_dim(value, default_name, param):
+  """An int, (name, size) pair or Dimension -> a Dimension of positive size."""
+  if isinstance(value, int):
+    value = (default_name, value)
+  try:
+    dim = mtf.convert_to_dimension(value)
+  except (TypeError, ValueError):
+    raise ValueError("%s must be an int or a (name, size) pair, got %r"
+                     % (param, value))
+  if not isinstance(dim.size, int) or dim.size <= 0:
+    raise ValueError("%s must have a positive size, got %r; set %s to a "
+                     "positive integer" % (param, value, param))
+  return dim
+
+
+def _per_group(dims, groups):
+  """dims (total heads) with each heads dim divided into `groups` groups.
+
+  Raises:
+    ValueError: naming `groups` and the heads dim it does not divide.
+  """
+  sizes = {}
+  for param in ("heads_k", "heads", "heads_v"):
+    dim = getattr(dims, param)
+    if dim.size % groups.size:
+      raise ValueError(
+          "groups=%d does not divide %s=%d: each of heads_k, heads, heads_v "
+          "must be a multiple of groups (they are the total heads, split "
+          "into groups of %s / groups); choose groups among the common "
+          "divisors, or change %s"
+          % (groups.size, param, dim.size, param, param))
+    sizes[param] = mtf.Dimension(dim.name, dim.size // groups.size)
+  return dims._replace(groups=groups, **sizes)
+
+
+def make_dims(heads_k, heads, heads_v, d_k, d_v, groups=None):
   """Builds and validates AttentionDims from ints, pairs or Dimensions.
 
   Args:
@@ -73,30 +133,29 @@ def make_dims(heads_k, heads, heads_v, d_k, d_v):
     heads_v: (name, size) pair or mtf.Dimension: heads of the values.
     d_k: int or (name, size) pair or mtf.Dimension: query/key channels.
     d_v: int or (name, size) pair or mtf.Dimension: value channels.
+    groups: None (ungrouped), or int / (name, size) / Dimension: the number
+      of groups g of grouped talking heads.  The heads sizes above are then
+      the totals; the dims returned are per group (size / g), e.g.
+      make_dims(24, 24, 24, 32, 32, groups=8).heads == Dimension("heads", 3).
   Returns:
     an AttentionDims
   Raises:
-    ValueError: naming the parameter, if a size is not positive or two of
-      the dims share a name but not a size.
+    ValueError: naming the parameter, if a size is not positive, two of
+      the dims share a name but not a size, or groups does not divide a
+      heads size.
   """
-  def to_dim(value, default_name, param):
-    if isinstance(value, int):
-      value = (default_name, value)
-    try:
-      dim = mtf.convert_to_dimension(value)
-    except (TypeError, ValueError):
-      raise ValueError("%s must be an int or a (name, size) pair, got %r"
-                       % (param, value))
-    if not isinstance(dim.size, int) or dim.size <= 0:
-      raise ValueError("%s must have a positive size, got %r; set %s to a "
-                       "positive integer" % (param, value, param))
-    return dim
   dims = AttentionDims(
-      to_dim(heads_k, "heads_k", "heads_k"), to_dim(heads, "heads", "heads"),
-      to_dim(heads_v, "heads_v", "heads_v"), to_dim(d_k, "d_k", "d_k"),
-      to_dim(d_v, "d_v", "d_v"))
+      _to_dim(heads_k, "heads_k", "heads_k"), _to_dim(heads, "heads", "heads"),
+      _to_dim(heads_v, "heads_v", "heads_v"), _to_dim(d_k, "d_k", "d_k"),
+      _to_dim(d_v, "d_v", "d_v"))
+  if groups is not None:
+    if isinstance(groups, bool):
+      raise ValueError("groups must be a positive integer, got %r" % groups)
+    dims = _per_group(dims, _to_dim(groups, "groups", "groups"))
   by_name = {}
   for param, dim in zip(AttentionDims._fields, dims):
+    if dim is None:
+      continue
     other = by_name.setdefault(dim.name, (param, dim))
     if other[1].size != dim.size:
       raise ValueError(
@@ -104,12 +163,17 @@ def make_dims(heads_k, heads, heads_v, d_k, d_v):
           "means one size. Give them the same size, or different names (a "
           "different name adds a talking-heads projection between them)."
           % (other[0], param, dim.name, other[1].size, dim.size))
-  if dims.d_k.name in (dims.heads_k.name, dims.heads.name, dims.heads_v.name):
+  heads_names = (dims.heads_k.name, dims.heads.name, dims.heads_v.name)
+  if dims.d_k.name in heads_names:
     raise ValueError("d_k may not share a name with a heads dim (%r)"
                      % dims.d_k.name)
-  if dims.d_v.name in (dims.heads_k.name, dims.heads.name, dims.heads_v.name):
+  if dims.d_v.name in heads_names:
     raise ValueError("d_v may not share a name with a heads dim (%r)"
                      % dims.d_v.name)
+  if dims.groups is not None and dims.groups.name in (
+      heads_names + (dims.d_k.name, dims.d_v.name)):
+    raise ValueError("groups may not share a name with a heads dim, d_k or "
+                     "d_v (%r); name it e.g. 'groups'" % dims.groups.name)
   return dims
 
 
@@ -286,8 +350,13 @@ def compute_o(u, v, memory_length):
 
 
 def compute_y(o, p_o, dims):
-  """Y[n, d_Y] = einsum(O[n, d_v, h_v], P_o[d_Y, d_v, h_v])."""
-  return mtf.einsum([o, p_o], reduced_dims=[dims.heads_v, dims.d_v])
+  """Y[n, d_Y] = einsum(O[n, d_v, h_v], P_o[d_Y, d_v, h_v]).
+
+  Grouped: Y[n, d_Y] = einsum(O[n, g, d_v, h_v], P_o[d_Y, g, d_v, h_v]), the
+  one einsum that reduces `groups`.
+  """
+  return mtf.einsum([o, p_o],
+                    reduced_dims=dims.group_dims + [dims.heads_v, dims.d_v])
 
 
 def dropout_weights(u, train, rate, broadcast_dims=()):

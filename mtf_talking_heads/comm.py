@@ -51,14 +51,15 @@ from mtf_talking_heads import sharding
 from mtf_talking_heads import validation
 
 VARIANTS = ("multi_head", "talking_heads", "project_logits",
-            "project_weights")
+            "project_weights", "grouped_talking_heads")
 COLUMNS = ("variant", "strategy", "mesh_shape", "layout", "allreduce",
            "alltoall", "allconcat", "einsum_replication",
            "max_slice_elements", "ring_bytes_per_device")
 BYTES_PER_ELEMENT = sharding.BYTES_PER_ELEMENT  # the graph is float32
 Config = collections.namedtuple(
     "Config", ["variant", "heads_k", "heads", "heads_v", "d_k", "d_v",
-               "d_model", "length", "batch", "dynamic"])
+               "d_model", "length", "batch", "dynamic", "groups"],
+    defaults=(None,))  # groups: grouped_talking_heads only
 
 
 class PointToPointMeshImpl(placement_mesh_impl.PlacementMeshImpl):
@@ -80,19 +81,20 @@ class PointToPointMeshImpl(placement_mesh_impl.PlacementMeshImpl):
 
 
 def make_config(variant, heads, d_k, d_v, d_model, length, batch,
-                heads_k=None, heads_v=None, dynamic=()):
+                heads_k=None, heads_v=None, dynamic=(), groups=None):
   """Validates (as `mtf_th costs` does) and returns a Config."""
   if variant not in VARIANTS:
     raise ValueError("variant=%r has no sharding strategies; choose one of: "
                      "%s" % (variant, ", ".join(VARIANTS)))
   resolved = costs.resolve_config(variant, heads_k, heads, heads_v, d_k, d_v,
-                                  d_model, length, dynamic=dynamic)
+                                  d_model, length, dynamic=dynamic,
+                                  groups=groups)
   if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0:
     raise ValueError("batch must be a positive integer, got %r" % (batch,))
   return Config(variant, resolved["heads_k"], resolved["heads"],
                 resolved["heads_v"], resolved["d_k"], resolved["d_v"],
                 resolved["d_model"], resolved["length"], batch,
-                resolved["dynamic"])
+                resolved["dynamic"], resolved["groups"])
 
 
 def make_layer(config, strategy=None):
@@ -106,6 +108,10 @@ def make_layer(config, strategy=None):
   if config.variant == "project_weights":
     return layers.ProjectWeightsAttention(heads=config.heads,
                                           heads_v=config.heads_v, **kwargs)
+  if config.variant == "grouped_talking_heads":
+    return layers.GroupedTalkingHeadsAttention(
+        heads_k=config.heads_k, heads=config.heads, heads_v=config.heads_v,
+        groups=config.groups, dynamic=config.dynamic, **kwargs)
   return layers.TalkingHeadsAttention(
       heads_k=config.heads_k, heads=config.heads, heads_v=config.heads_v,
       dynamic=config.dynamic, **kwargs)
@@ -117,7 +123,8 @@ def default_layout(layer, mesh_shape, d_model=768):
   "batch" (if the mesh has it) -> batch; on "model": heads_k, then heads_v,
   each unless a weight already has a dim on "model" together with it (P_l
   [h_k, h] and P_w [h, h_v] may not have both dims on one axis): multi-head
-  -> heads:model, talking heads -> heads_k:model;heads_v:model.
+  -> heads:model, talking heads -> heads_k:model;heads_v:model; grouped
+  talking heads -> groups:model.
 
   Raises:
     ValueError: if the mesh has axes other than "batch" and "model".
@@ -129,7 +136,9 @@ def default_layout(layer, mesh_shape, d_model=768):
     raise ValueError("no default layout for mesh axis %r (mesh_shape %r); "
                      "pass --layout" % (other[0], mesh_shape))
   rules = ["batch:batch"] if "batch" in axes else []
-  if "model" in axes:
+  if "model" in axes and layer.dims.groups is not None:
+    rules.append("%s:model" % layer.dims.groups.name)
+  elif "model" in axes:
     shapes = [set(d.name for d in s) for s in
               layer.weight_shapes(mtf.Dimension("d_model", d_model)).values()]
     chosen = []
@@ -280,7 +289,8 @@ def measure(config, strategy_name, mesh_shape, layout=None, vocab=128,
     name = "auto:" + strategy.picked
     layout = full_layout(layout, validation.parse_layout(run.model.layout))
   result = dict(
-      variant=config.variant + "".join("+" + t for t in config.dynamic),
+      variant=config.variant + "".join("+" + t for t in config.dynamic) + (
+          "(groups=%d)" % config.groups if config.groups else ""),
       strategy=name, mesh_shape=mesh.mesh_shape_string,
       layout=layout, allreduce=summary["allreduce"],
       alltoall=summary["alltoall"], allconcat=summary["allconcat"],

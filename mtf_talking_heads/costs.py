@@ -25,6 +25,12 @@ R_Ml (R_Mw) when an X term is there too.  Two other counts:
   * ``fold_dynamic="none"`` (or False): the pseudocode's separate n*m einsum
     per dynamic term.
 
+Grouped talking heads (``groups=g``, variant "grouped_talking_heads", not in
+the paper): heads_k, heads, heads_v are the totals, and P_l, P_w mix heads
+only within each of g groups, so P_l has h_k*h/g parameters and
+L = einsum(J, P_l) costs n*m*h*h_k/g multiplies (P_w and U alike); every
+other term is talking heads'.
+
 Two figures in the paper do not follow from its pseudocode (docs/costs.md):
 
   * Dynamic projections are printed folded ("paper" above), the pseudocode
@@ -42,7 +48,7 @@ import collections
 import numbers
 
 VARIANTS = ("multi_head", "talking_heads", "project_logits",
-            "project_weights", "general_bilinear")
+            "project_weights", "general_bilinear", "grouped_talking_heads")
 DYNAMIC_TERMS = ("x2l", "m2l", "x2w", "m2w")
 # How dynamic terms are counted: as the layers compute them, as the paper's
 # tables print them, or as the pseudocode writes them (module docstring).
@@ -52,8 +58,9 @@ COLUMNS = ("variant", "heads_k", "heads", "heads_v", "d_k", "d_v",
 
 # Which variants have a logits projection P_l[h_k, h] / weights projection
 # P_w[h, h_v]; a dynamic term needs the projection it adds to.
-_HAS_P_L = ("talking_heads", "project_logits")
-_HAS_P_W = ("talking_heads", "project_weights")
+_HAS_P_L = ("talking_heads", "project_logits", "grouped_talking_heads")
+_HAS_P_W = ("talking_heads", "project_weights", "grouped_talking_heads")
+GROUPED = "grouped_talking_heads"
 _LOGITS_TERMS = ("x2l", "m2l")
 _WEIGHTS_TERMS = ("x2w", "m2w")
 # Dynamic term -> (generator name, R name, dynamic-einsum name, source).
@@ -152,12 +159,36 @@ def _parse_folding(fold_dynamic):
                    % (", ".join(repr(f) for f in FOLDINGS), fold_dynamic))
 
 
+def _check_groups(variant, groups, heads_k, heads, heads_v):
+  """groups: required (a divisor of each heads size) for grouped talking
+  heads, None for every other variant."""
+  if variant != GROUPED:
+    if groups is not None:
+      raise ValueError(
+          "groups=%r is only for variant %r; drop groups or use that "
+          "variant" % (groups, GROUPED))
+    return None
+  if groups is None:
+    raise ValueError("groups is required for variant %r (the number of "
+                     "head groups g, e.g. 8)" % GROUPED)
+  groups = _positive_int("groups", groups)
+  for name, value in (("heads_k", heads_k), ("heads", heads),
+                      ("heads_v", heads_v)):
+    if value % groups:
+      raise ValueError(
+          "groups=%d does not divide %s=%d: each of heads_k, heads, heads_v "
+          "must be a multiple of groups; choose groups among their common "
+          "divisors" % (groups, name, value))
+  return groups
+
+
 def resolve_config(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
-                   length, dynamic=(), fold_dynamic="code"):
+                   length, dynamic=(), fold_dynamic="code", groups=None):
   """Validates the arguments of attention_costs; returns them normalized.
 
   heads_k / heads_v may be None: they then take the value the variant implies
   (heads).  For general_bilinear d_k / d_v may be None and become d_model.
+  groups: the g of grouped_talking_heads (required there, None elsewhere).
   Raises ValueError naming the offending parameter and the fix; nothing is
   computed before every argument has been checked.
   """
@@ -214,15 +245,16 @@ def resolve_config(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
           "%r does not have; use variant='talking_heads' or "
           "'project_weights', or drop %r" % (term, variant, term))
   fold_dynamic = _parse_folding(fold_dynamic)
+  groups = _check_groups(variant, groups, heads_k, heads, heads_v)
   return dict([
       ("variant", variant), ("heads_k", heads_k), ("heads", heads),
       ("heads_v", heads_v), ("d_k", d_k), ("d_v", d_v), ("d_model", d_model),
       ("length", length), ("dynamic", dynamic),
-      ("fold_dynamic", fold_dynamic)])
+      ("fold_dynamic", fold_dynamic), ("groups", groups)])
 
 
 def attention_terms(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
-                    length, dynamic=(), fold_dynamic="code"):
+                    length, dynamic=(), fold_dynamic="code", groups=None):
   """The itemized costs behind attention_costs (same arguments).
 
   Returns the resolved configuration (see resolve_config) plus
@@ -242,9 +274,13 @@ def attention_terms(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
   with "code" only L_Ml (U_Mw) when the X term is there too (its R_X is
   folded into L's (U's) einsum, see attention.fold_dynamic).  General bilinear: XP = X.P, L = XP.M,
   WM = W.M, Y = WM.Q.
+
+  Grouped talking heads: P_l is (g, h_k/g, h/g) and L (n, m, h, h_k/g), so
+  h_k*h/g parameters and n*m*h*h_k/g multiplies (P_w, U, the dynamic terms
+  alike).
   """
   cfg = resolve_config(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
-                       length, dynamic, fold_dynamic)
+                       length, dynamic, fold_dynamic, groups)
   h_k, h, h_v = cfg["heads_k"], cfg["heads"], cfg["heads_v"]
   d_k, d_v, d = cfg["d_k"], cfg["d_v"], cfg["d_model"]
   n = m = cfg["length"]
@@ -273,10 +309,15 @@ def attention_terms(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
     mults["V"] = (m, d, d_v, h_v)
     mults["J" if has_l else "L"] = (n, m, d_k, h_k)
     # P_l mixes J's h_k heads into L's h, P_w W's h into U's h_v; so do the
-    # dynamic R[n or m, (h_k, h) or (h, h_v)] (made by P_Xl ... P_Mw)
+    # dynamic R[n or m, (h_k, h) or (h, h_v)] (made by P_Xl ... P_Mw);
+    # grouped: within each of g groups, (g, h_k/g, h/g) and (g, h/g, h_v/g)
+    g = cfg["groups"] or 1
+    grouped = (g,) if cfg["groups"] else ()
     for terms, has_p, p_name, name, mixed, other in (
-        (_LOGITS_TERMS, has_l, "P_l", "L", (h_k, h), h_k),
-        (_WEIGHTS_TERMS, has_w, "P_w", "U", (h, h_v), h_v)):
+        (_LOGITS_TERMS, has_l, "P_l", "L", grouped + (h_k // g, h // g),
+         h_k // g),
+        (_WEIGHTS_TERMS, has_w, "P_w", "U", grouped + (h // g, h_v // g),
+         h_v // g)):
       if has_p:
         params[p_name] = mixed
       dynamic = [_DYNAMIC_NAMES[term] for term in dyn if term in terms]
@@ -299,7 +340,7 @@ def attention_terms(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
 
 
 def attention_costs(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
-                    length, dynamic=(), fold_dynamic="code"):
+                    length, dynamic=(), fold_dynamic="code", groups=None):
   """Parameters and multiplies of one attention layer.
 
   Args:
@@ -318,6 +359,8 @@ def attention_costs(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
       True) all folded into the static projection's einsum as the paper's
       dynamic tables print, "none" (or False) one einsum per term as the
       pseudocode writes.
+    groups: the number of head groups g of grouped_talking_heads (required
+      there, a divisor of heads_k, heads, heads_v; None for the others).
 
   Returns:
     dict with keys COLUMNS: variant, heads_k, heads, heads_v, d_k, d_v (the
@@ -328,7 +371,7 @@ def attention_costs(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
   """
   return total_costs(attention_terms(variant, heads_k, heads, heads_v, d_k,
                                      d_v, d_model, length, dynamic,
-                                     fold_dynamic))
+                                     fold_dynamic, groups))
 
 
 def total_costs(terms):

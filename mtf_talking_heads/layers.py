@@ -18,6 +18,9 @@ attention.py): P_l iff heads_k and heads differ, P_w iff heads and heads_v
 differ.  The variant classes only choose default dim names, so the heads
 dims can be renamed (for layouts) without changing the algorithm.
 
+GroupedTalkingHeadsAttention (groups=g) mixes heads only within g groups
+(attention.py: every tensor with heads also carries a `groups` dim).
+
 Example (TalkingHeadsAttention, heads_k = heads = heads_v = 24, d_k = d_v =
 32, d_model = 768) creates variables
   p_q, p_k: [d_model, heads_k, d_k]   p_v: [d_model, heads_v, d_v]
@@ -61,7 +64,8 @@ class AttentionLayer(transformer_layers.SelfAttention):
                dropout_rate=0.0,
                relative_attention_type=None,
                relative_attention_num_buckets=32,
-               strategy=None):
+               strategy=None,
+               groups=None):
     """Creates the layer (variables are created in call()).
 
     Args:
@@ -80,10 +84,13 @@ class AttentionLayer(transformer_layers.SelfAttention):
         the cheapest that applies to the model's mesh, layout, batch and
         lengths (heads-parallel on one device, or without core_shard in the
         layout).
+      groups: None, or int / (name, size): grouped talking heads with g
+        groups (heads_k, heads, heads_v are then the totals, each a
+        multiple of g; see GroupedTalkingHeadsAttention).
     Raises:
       ValueError: naming the parameter, for any inconsistent setting.
     """
-    self.dims = attention.make_dims(heads_k, heads, heads_v, d_k, d_v)
+    self.dims = attention.make_dims(heads_k, heads, heads_v, d_k, d_v, groups)
     self.dynamic = attention.check_dynamic(dynamic, self.dims)
     if relative_attention_type not in _RELATIVE_TYPES:
       raise ValueError(
@@ -104,25 +111,32 @@ class AttentionLayer(transformer_layers.SelfAttention):
   def weight_shapes(self, d_model):
     """{variable name: list of Dimensions} this layer creates for d_model."""
     dims = self.dims
+    g = dims.group_dims  # [groups] (grouped talking heads) or []
     shapes = {
-        "p_q": [d_model, dims.heads_k, dims.d_k],
-        "p_k": [d_model, dims.heads_k, dims.d_k],
-        "p_v": [d_model, dims.heads_v, dims.d_v],
-        "p_o": [dims.heads_v, dims.d_v, d_model],
+        "p_q": [d_model] + g + [dims.heads_k, dims.d_k],
+        "p_k": [d_model] + g + [dims.heads_k, dims.d_k],
+        "p_v": [d_model] + g + [dims.heads_v, dims.d_v],
+        "p_o": g + [dims.heads_v, dims.d_v, d_model],
     }
     if dims.project_logits:
-      shapes["p_l"] = [dims.heads_k, dims.heads]
+      shapes["p_l"] = g + [dims.heads_k, dims.heads]
     if dims.project_weights:
-      shapes["p_w"] = [dims.heads, dims.heads_v]
+      shapes["p_w"] = g + [dims.heads, dims.heads_v]
     for term in self.dynamic:
       pair = ([dims.heads_k, dims.heads] if term.endswith("l")
               else [dims.heads, dims.heads_v])
-      shapes[_WEIGHT_TERMS[term]] = [d_model] + pair
+      shapes[_WEIGHT_TERMS[term]] = [d_model] + g + pair
     return shapes
 
   def activation_heads(self):
-    """Heads dims of the n x m attention activations (J, L/W, U)."""
-    return [self.dims.heads_k, self.dims.heads, self.dims.heads_v]
+    """Heads dims of the n x m attention activations (J, L/W, U), after
+    `groups` when grouped."""
+    return self.dims.group_dims + [self.dims.heads_k, self.dims.heads,
+                                   self.dims.heads_v]
+
+  def bias_heads(self):
+    """The dims a per-head bias on L has: [heads], or [groups, heads]."""
+    return self.dims.group_dims + [self.dims.heads]
 
   def _initializer(self, name, d_model):
     dims = self.dims
@@ -131,8 +145,8 @@ class AttentionLayer(transformer_layers.SelfAttention):
       return scaling(1.0 / dims.d_k.size)([d_model], [dims.heads_k, dims.d_k])
     if name in ("p_k", "p_v"):
       return scaling()([d_model], [])
-    if name == "p_o":
-      return scaling()([dims.heads_v, dims.d_v], [])
+    if name == "p_o":  # Y sums over groups, heads_v and d_v
+      return scaling()(dims.group_dims + [dims.heads_v, dims.d_v], [])
     if name == "p_l":
       return scaling()([dims.heads_k], [])
     if name == "p_w":
@@ -246,14 +260,15 @@ class AttentionLayer(transformer_layers.SelfAttention):
           context.position, context)
     if context.mode in ("incremental", "first_part"):
       context.record_new_states([k, v] + [r_m[kind] for kind in kinds])
-    bias = self.compute_bias(context, memory_position, x, [self.dims.heads], q)
+    bias = self.compute_bias(context, memory_position, x, self.bias_heads(),
+                             q)
     return q, k, v, r_m, memory_length, bias
 
   def self_attention_bias(self, context, x):
     """The bias of full-sequence self-attention (train/eval), layer dims."""
     memory_position = self.rename_length_to_memory_length(context.position,
                                                           context)
-    return self.compute_bias(context, memory_position, x, [self.dims.heads],
+    return self.compute_bias(context, memory_position, x, self.bias_heads(),
                              None)
 
 
@@ -299,7 +314,7 @@ class EncDecAttentionLayer(AttentionLayer):
   def enc_dec_bias(self, context):
     """The bias over the encoder output (masks, relative bias), layer dims."""
     return transformer_layers.enc_dec_attention_bias(
-        self, context, [self.dims.heads])
+        self, context, self.bias_heads())
 
 
 def _pair(value, default_name):
@@ -365,6 +380,41 @@ class TalkingHeadsAttention(AttentionLayer):
   """Talking-heads attention (paper section 4) with independent h_k, h, h_v."""
 
 
+def _grouped_kwargs(groups, kwargs):
+  """The layer's arguments for grouped talking heads: groups required."""
+  if groups is None or isinstance(groups, bool):
+    raise ValueError(
+        "groups must be a positive integer (the number of head groups g; "
+        "heads_k, heads, heads_v are the totals, each a multiple of g), got "
+        "%r; use TalkingHeadsAttention for ungrouped talking heads" % (groups,))
+  return dict(kwargs, groups=groups)
+
+
+@gin.configurable(module="mtf_th")
+class GroupedTalkingHeadsAttention(AttentionLayer):
+  """Talking heads that mix heads only within each of g groups.
+
+  heads_k, heads, heads_v are the total heads (as for TalkingHeadsAttention);
+  each must be a multiple of `groups`.  P_l and P_w are block-diagonal: one
+  [h_k/g, h/g] (and [h/g, h_v/g]) block per group, so P_l has h_k h / g
+  parameters and L = J P_l costs n m h_k h / g multiplies (docs/costs.md).
+  With the groups dim on the model axis (layout groups:model) J, L, W, U
+  stay on their device: the layer communicates what multi-head attention
+  does (docs/sharding.md); groups=1 is talking heads, per-group heads of 1
+  with P_l = P_w = 1 is multi-head attention with g heads.
+
+  Example (heads_k = heads = heads_v = 24, groups = 8, d_k = d_v = 32,
+  d_model = 768) creates variables
+    p_q, p_k: [d_model, groups=8, heads_k=3, d_k]   p_v: [d_model, groups, heads_v=3, d_v]
+    p_o: [groups, heads_v, d_v, d_model]
+    p_l: [groups, heads_k, heads]   p_w: [groups, heads, heads_v]
+  and J, L, W, U: [batch, length, memory_length, groups, 3 heads].
+  """
+
+  def __init__(self, groups=4, **kwargs):
+    super().__init__(**_grouped_kwargs(groups, kwargs))
+
+
 @gin.configurable(module="mtf_th")
 class ProjectLogitsAttention(AttentionLayer):
   """Logits projection only: P_l[h_k, h], weights used as is (h_v = h)."""
@@ -411,6 +461,14 @@ class MultiHeadEncoderAttention(EncDecAttentionLayer):
 @gin.configurable(module="mtf_th")
 class TalkingHeadsEncoderAttention(EncDecAttentionLayer):
   """Talking-heads attention over the encoder output."""
+
+
+@gin.configurable(module="mtf_th")
+class GroupedTalkingHeadsEncoderAttention(EncDecAttentionLayer):
+  """Grouped talking-heads attention over the encoder output."""
+
+  def __init__(self, groups=4, **kwargs):
+    super().__init__(**_grouped_kwargs(groups, kwargs))
 
 
 @gin.configurable(module="mtf_th")
@@ -540,6 +598,8 @@ class GeneralBilinearEncoderAttention(GeneralBilinearAttention):
 VARIANTS = {
     "multi_head": (MultiHeadAttention, MultiHeadEncoderAttention),
     "talking_heads": (TalkingHeadsAttention, TalkingHeadsEncoderAttention),
+    "grouped_talking_heads": (GroupedTalkingHeadsAttention,
+                              GroupedTalkingHeadsEncoderAttention),
     "project_logits": (ProjectLogitsAttention,
                        ProjectLogitsEncoderAttention),
     "project_weights": (ProjectWeightsAttention,

@@ -120,24 +120,26 @@ def attention_tensor_shapes(dims, batch, length):
   """{tensor: [Dimension]} of every tensor the attention core touches.
 
   The layer's view (its heads dims), as the layout rules see it:
-  Q, K, V, J, L, U, O and P_l / P_w where the variant has them.
+  Q, K, V, J, L, U, O and P_l / P_w where the variant has them; each with
+  `groups` before its heads dims when the layer is grouped.
   """
   b = mtf.Dimension(BATCH, batch)
   n = mtf.Dimension(LENGTH, length)
   m = mtf.Dimension(MEMORY_LENGTH, length)
+  g = dims.group_dims
   shapes = {
-      "Q": [b, n, dims.heads_k, dims.d_k],
-      "K": [b, m, dims.heads_k, dims.d_k],
-      "V": [b, m, dims.heads_v, dims.d_v],
-      "J": [b, n, m, dims.heads_k],
-      "L": [b, n, m, dims.heads],
-      "U": [b, n, m, dims.heads_v],
-      "O": [b, n, dims.heads_v, dims.d_v],
+      "Q": [b, n] + g + [dims.heads_k, dims.d_k],
+      "K": [b, m] + g + [dims.heads_k, dims.d_k],
+      "V": [b, m] + g + [dims.heads_v, dims.d_v],
+      "J": [b, n, m] + g + [dims.heads_k],
+      "L": [b, n, m] + g + [dims.heads],
+      "U": [b, n, m] + g + [dims.heads_v],
+      "O": [b, n] + g + [dims.heads_v, dims.d_v],
   }
   if dims.project_logits:
-    shapes["P_l"] = [dims.heads_k, dims.heads]
+    shapes["P_l"] = g + [dims.heads_k, dims.heads]
   if dims.project_weights:
-    shapes["P_w"] = [dims.heads, dims.heads_v]
+    shapes["P_w"] = g + [dims.heads, dims.heads_v]
   return shapes
 
 
@@ -526,6 +528,11 @@ class _SplitCore(Strategy):
     """See Strategy.check; needs the shard rule and S % P == 0."""
     cls = type(self).__name__
     axis = self.mesh_axis
+    if dims.groups is not None:
+      raise ValueError(
+          "%s does not split grouped talking heads (dim %r): grouped talking "
+          "heads runs heads-parallel: lay out %s:%s and use HeadsParallel"
+          % (cls, dims.groups.name, dims.groups.name, axis))
     if not mesh.has_axis(axis):
       raise ValueError(
           "%s splits the core over mesh axis %r, which mesh_shape %r lacks; "
@@ -1002,6 +1009,8 @@ class _Sizes(object):
   A group is the devices of one position on the mesh axes other than the
   strategy's: X, Q, K, V, O and the n x m x heads tensors are divided by
   the size of the axis the batch is split on (if any); weights are whole.
+  Grouped talking heads (g groups of per-group heads h_k, h, h_v): the
+  tensors hold g h_k, g h, g h_v heads, P_l and P_w g h_k h and g h h_v.
   """
 
   def __init__(self, dims, mesh, axis, batch, length, d_model,
@@ -1010,27 +1019,29 @@ class _Sizes(object):
     self.groups = mesh.axis_size(batch_axis) if batch_axis else 1
     b = batch // self.groups
     n, m = length, memory_length or length
+    g = dims.groups.size if dims.groups is not None else 1
     hk, h, hv = dims.heads_k.size, dims.heads.size, dims.heads_v.size
+    ghk, gh, ghv = g * hk, g * h, g * hv  # all heads, over the groups
     self.p = mesh.axis_size(axis)
     self.x = b * n * d_model
-    self.q = b * n * hk * dims.d_k.size
-    self.k = b * m * hk * dims.d_k.size
-    self.v = b * m * hv * dims.d_v.size
-    self.o = b * n * hv * dims.d_v.size
+    self.q = b * n * ghk * dims.d_k.size
+    self.k = b * m * ghk * dims.d_k.size
+    self.v = b * m * ghv * dims.d_v.size
+    self.o = b * n * ghv * dims.d_v.size
     self.a = {name: b * n * m * size for name, size in
-              ((dims.heads_k.name, hk), (dims.heads.name, h),
-               (dims.heads_v.name, hv))}
+              ((dims.heads_k.name, ghk), (dims.heads.name, gh),
+               (dims.heads_v.name, ghv))}
     self.b = b
-    self.weights = {"p_q": d_model * hk * dims.d_k.size,
-                    "p_k": d_model * hk * dims.d_k.size,
-                    "p_v": d_model * hv * dims.d_v.size,
-                    "p_o": d_model * hv * dims.d_v.size}
-    self.p_l = hk * h if dims.project_logits else 0
-    self.p_w = h * hv if dims.project_weights else 0
-    self.r = {"x2l": b * n * hk * h, "m2l": b * m * hk * h,
-              "x2w": b * n * h * hv, "m2w": b * m * h * hv}
-    self.r_weights = {"x2l": d_model * hk * h, "m2l": d_model * hk * h,
-                      "x2w": d_model * h * hv, "m2w": d_model * h * hv}
+    self.weights = {"p_q": d_model * ghk * dims.d_k.size,
+                    "p_k": d_model * ghk * dims.d_k.size,
+                    "p_v": d_model * ghv * dims.d_v.size,
+                    "p_o": d_model * ghv * dims.d_v.size}
+    self.p_l = ghk * h if dims.project_logits else 0
+    self.p_w = gh * hv if dims.project_weights else 0
+    self.r = {"x2l": b * n * ghk * h, "m2l": b * m * ghk * h,
+              "x2w": b * n * gh * hv, "m2w": b * m * gh * hv}
+    self.r_weights = {"x2l": d_model * ghk * h, "m2l": d_model * ghk * h,
+                      "x2w": d_model * gh * hv, "m2w": d_model * gh * hv}
     self.dynamic = tuple(dynamic)
 
 
@@ -1072,6 +1083,11 @@ def _predict(strategy_name, dims, mesh, batch, length, d_model, dynamic,
   if strategy_name not in STRATEGIES:
     raise ValueError("strategy: no formula for %r; choose from %s"
                      % (strategy_name, ", ".join(STRATEGIES)))
+  if dims.groups is not None and strategy_name != HeadsParallel.name:
+    raise ValueError(
+        "strategy %r: no formula for grouped talking heads (dim %r), which "
+        "runs heads-parallel: lay out %s:%s and use heads_parallel"
+        % (strategy_name, dims.groups.name, dims.groups.name, mesh_axis))
   if not mesh.has_axis(mesh_axis):
     return 0.0
   z = _Sizes(dims, mesh, mesh_axis, batch, length, d_model, dynamic,
@@ -1082,7 +1098,11 @@ def _predict(strategy_name, dims, mesh, batch, length, d_model, dynamic,
   def on(d):
     return mesh.axis_of(d.name) == mesh_axis
 
-  kq, kh, kv = on(dims.heads_k), on(dims.heads), on(dims.heads_v)
+  # a tensor is split on the axis by its heads dim or, grouped, by `groups`
+  # (then P_l, P_w and J, L, W, U are split alike: no collective mixes them)
+  grouped = dims.groups is not None and on(dims.groups)
+  kq, kh, kv = [on(d) or grouped
+                for d in (dims.heads_k, dims.heads, dims.heads_v)]
   if strategy_name == "batch_split_gathered":
     gathered = sum(z.weights.values()) + z.p_l + z.p_w + sum(
         z.r_weights[t] for t in z.dynamic)

@@ -3,6 +3,9 @@
   mtf_th comm --variant talking_heads --heads_k 24 --heads 24 --heads_v 24 \\
       --d_k 32 --d_v 32 --d_model 768 --length 512 --batch 8 \\
       --mesh_shape model:8 [--strategy NAME|all] [--layout RULES] [--format md]
+  mtf_th comm --variant grouped_talking_heads --groups 8 --heads 24 \\
+      --d_k 32 --d_v 32 --d_model 768 --length 512 --batch 8 \\
+      --mesh_shape model:8 --layout groups:model --strategy heads_parallel
 
 One header line and one row per strategy (--strategy all, the default: every
 strategy in sharding.STRATEGIES that can apply; one that cannot is reported
@@ -44,6 +47,10 @@ def _build_parser(strategies, variants):
   parser.add_argument("--heads_k", type=int, metavar="N",
                       help="h_k (default: --heads)")
   parser.add_argument("--heads", type=int, metavar="N", required=True)
+  parser.add_argument("--groups", type=int, metavar="G",
+                      help="head groups of grouped_talking_heads (required "
+                      "there; heads are the totals; default layout "
+                      "groups:model)")
   parser.add_argument("--heads_v", type=int, metavar="N",
                       help="h_v (default: --heads)")
   parser.add_argument("--d_k", type=int, metavar="N", required=True)
@@ -84,7 +91,7 @@ def main(argv=None):
     config = comm.make_config(
         args.variant, args.heads, args.d_k, args.d_v, args.d_model,
         args.length, args.batch, heads_k=args.heads_k, heads_v=args.heads_v,
-        dynamic=args.dynamic or ())
+        dynamic=args.dynamic or (), groups=args.groups)
     if args.vocab <= 0:
       raise ValueError("--vocab must be positive, got %d" % args.vocab)
     names = (list(sharding.STRATEGIES) if args.strategy == "all"

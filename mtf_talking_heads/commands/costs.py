@@ -2,6 +2,8 @@
 
   mtf_th costs --variant talking_heads --heads_k 24 --heads 24 --heads_v 24 \\
       --d_k 32 --d_v 32 --d_model 768 --length 512
+  mtf_th costs --variant grouped_talking_heads --groups 8 --heads 24 \\
+      --d_k 32 --d_v 32 --d_model 768 --length 512
   mtf_th costs --paper_table t5_heads --format md
 
 One header line and one row (csv by default, --format md for a markdown
@@ -10,7 +12,9 @@ multiplies.  With --dynamic the variant cell reads e.g. talking_heads+x2l;
 its multiplies are those the layers compute (R_Xl / R_Xw folded into the
 static projection's einsum, see docs/costs.md), --fold_dynamic counts every
 dynamic term folded as the paper's tables print them, --unfolded one einsum
-per term as the pseudocode writes them.
+per term as the pseudocode writes them.  For grouped_talking_heads (--groups
+G, heads_k, heads, heads_v the totals) the variant cell reads
+grouped_talking_heads(groups=G).
 --paper_table NAME prints every row of one of the paper's tables with the
 extra columns paper_params,paper_multiplies,match; those rows are counted the
 paper's way (dynamic terms folded, see docs/costs.md).  Bad arguments exit
@@ -24,7 +28,7 @@ from mtf_talking_heads import costs
 
 PROG = "mtf_th costs"
 _CONFIG_FLAGS = ("variant", "dynamic", "heads_k", "heads", "heads_v", "d_k",
-                 "d_v", "d_model", "length")
+                 "d_v", "d_model", "length", "groups")
 _PAPER_COLUMNS = ("paper_params", "paper_multiplies", "match")
 
 
@@ -64,6 +68,9 @@ def _build_parser():
                       help="value size per head (general_bilinear: d_model)")
   parser.add_argument("--d_model", type=int, metavar="N")
   parser.add_argument("--length", type=int, metavar="N", help="n = m")
+  parser.add_argument("--groups", type=int, metavar="G",
+                      help="head groups of grouped_talking_heads (required "
+                      "there; --heads_k/--heads/--heads_v are the totals)")
   parser.add_argument("--format", choices=("csv", "md"), default="csv")
   parser.add_argument(
       "--paper_table", choices=tuple(costs.PAPER_TABLES), metavar="NAME",
@@ -73,8 +80,9 @@ def _build_parser():
   return parser
 
 
-def _variant_cell(variant, dynamic):
-  return "+".join((variant,) + tuple(dynamic))
+def _variant_cell(variant, dynamic, groups=None):
+  cell = "+".join((variant,) + tuple(dynamic))
+  return cell if groups is None else "%s(groups=%d)" % (cell, groups)
 
 
 def _format(columns, rows, fmt):
@@ -120,10 +128,12 @@ def _run(args):
   terms = costs.attention_terms(
       args.variant, args.heads_k, args.heads, args.heads_v, args.d_k,
       args.d_v, args.d_model, args.length,
-      dynamic=args.dynamic or (), fold_dynamic=args.folding)
+      dynamic=args.dynamic or (), fold_dynamic=args.folding,
+      groups=args.groups)
   result = costs.total_costs(terms)
   cells = [result[c] for c in costs.COLUMNS]
-  cells[0] = _variant_cell(terms["variant"], terms["dynamic"])
+  cells[0] = _variant_cell(terms["variant"], terms["dynamic"],
+                           terms["groups"])
   return _format(costs.COLUMNS, [cells], args.format)
 
 

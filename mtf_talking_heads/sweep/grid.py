@@ -19,7 +19,8 @@ LABELS = {"multi_head": "multi-head", "talking_heads": "talking-heads",
           "project_logits": "project logits",
           "project_weights": "project weights",
           "general_bilinear": "general bilinear",
-          "dynamic_projections": "dyn. proj."}
+          "dynamic_projections": "dyn. proj.",
+          "grouped_talking_heads": "grouped talking-heads"}
 
 _TIE = re.compile(r"^\s*(?:(?P<n1>\d+)\s*(?P<op1>[*/])\s*(?P<d1>[a-z_]+)|"
                   r"(?P<d2>[a-z_]+)\s*(?P<op2>[*/])\s*(?P<n2>\d+)|"

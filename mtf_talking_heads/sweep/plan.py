@@ -76,14 +76,26 @@ def row_costs(row, d_model, length):
     return None, None, None
   variant, hk, h, hv, dk, dv, d, _, dynamic = rows_lib.cost_args(row, d_model)
   folded = costs.attention_costs(variant, hk, h, hv, dk, dv, d, length,
-                                 dynamic=dynamic, fold_dynamic="paper")
+                                 dynamic=dynamic, fold_dynamic="paper",
+                                 groups=row.groups)
   executed = costs.attention_costs(variant, hk, h, hv, dk, dv, d, length,
-                                   dynamic=dynamic, fold_dynamic="code")
+                                   dynamic=dynamic, fold_dynamic="code",
+                                   groups=row.groups)
   return folded["params"], folded["multiplies"], executed["multiplies"]
 
 
 # ---------------------------------------------------------------------------
 # The plan.
+
+def _row_manifest(row):
+  """A row as the manifest records it (groups only where set, so the
+  manifests of sweeps recorded before rows had groups still match)."""
+  record = dict(row._asdict(), dynamic=list(row.dynamic),
+                gin_files=list(row.gin_files), gin_params=list(row.gin_params))
+  if record["groups"] is None:
+    del record["groups"]
+  return record
+
 
 def _int_list(text, name):
   try:
@@ -293,9 +305,7 @@ class Plan(object):
         eval_steps=list(self.eval_steps),
         extra_gin_files=list(self.extra_files),
         extra_gin_params=list(self.extra_params),
-        rows=[dict(r._asdict(), dynamic=list(r.dynamic),
-                   gin_files=list(r.gin_files), gin_params=list(r.gin_params))
-              for r in self.rows])
+        rows=[_row_manifest(r) for r in self.rows])
 
   # ------------------------------------------------------------ records
   def cost_record(self, row):

@@ -17,7 +17,11 @@ EXPERIMENTS = "experiments"
 ROW_MACROS = ("row_label", "variant", "heads_k", "heads", "heads_v", "d_k",
               "d_v", "dynamic", "placement")
 VARIANTS = ("multi_head", "talking_heads", "project_logits",
-            "project_weights", "general_bilinear", "dynamic_projections")
+            "project_weights", "general_bilinear", "dynamic_projections",
+            "grouped_talking_heads")
+# Read when an experiment file defines it: the head groups of
+# grouped_talking_heads (required there).
+GROUPS_MACRO = "groups"
 PLACEMENTS = ("all", "enc_self", "dec_self", "encdec")
 # t5, bert, albert: the paper's models (models/<m>_base.gin, shrunk for CPU
 # by models/<m>_tiny.gin).  lm, encdec: small models in the paper's regime
@@ -29,7 +33,8 @@ DIMS = ("heads_k", "heads", "heads_v", "d_k", "d_v")
 
 Row = collections.namedtuple("Row", [
     "name", "label", "variant", "heads_k", "heads", "heads_v", "d_k", "d_v",
-    "dynamic", "placement", "gin_files", "gin_params"])
+    "dynamic", "placement", "gin_files", "gin_params", "groups"],
+    defaults=(None,))
 Row.__doc__ = """One attention configuration of a sweep.
 
 Attributes:
@@ -43,6 +48,8 @@ Attributes:
   gin_files: gin files (relative to gin/) that configure the row at base
     scale, in order.
   gin_params: gin bindings applied after them.
+  groups: the head groups of grouped_talking_heads (the `groups` macro),
+    None for the other variants.
 """
 
 
@@ -84,9 +91,9 @@ def check_row(row, where):
                      "'dynamic_projections', not %r"
                      % (where, list(row.dynamic), row.variant))
   variant, hk, h, hv, dk, dv, _, _, dynamic = cost_args(row, 1)
-  try:  # the heads / dims / dynamic terms must fit the variant
+  try:  # the heads / dims / dynamic terms / groups must fit the variant
     costs.resolve_config(variant, hk, h, hv, dk, dv, d_model=1, length=1,
-                         dynamic=dynamic)
+                         dynamic=dynamic, groups=row.groups)
   except ValueError as e:
     raise ValueError("%s: %s" % (where, e)) from None
   return row
@@ -124,7 +131,9 @@ def paper_table_rows(table, gin_dir=gin_reader.GIN_DIR):
               variant=values["variant"],
               **{d: values[d] for d in DIMS},
               dynamic=tuple(dynamic), placement=values["placement"],
-              gin_files=(rel,), gin_params=())
+              gin_files=(rel,), gin_params=(),
+              groups=config.get(GROUPS_MACRO) if values["variant"] ==
+              costs.GROUPED else None)
     rows.append(check_row(row, rel))
   return rows
 
