@@ -57,6 +57,9 @@ def attention_layer(row):
   if row.variant == "dynamic_projections":
     return layers.DynamicProjectionsAttention(dynamic=list(row.dynamic),
                                               **heads, **dims)
+  if row.variant == "grouped_talking_heads":
+    return layers.GroupedTalkingHeadsAttention(groups=row.groups, **heads,
+                                               **dims)
   return layers.TalkingHeadsAttention(**heads, **dims)
 
 
@@ -76,7 +79,8 @@ def multiplies(row):
     variant = "talking_heads"
   return costs.attention_costs(variant, row.heads_k, row.heads, row.heads_v,
                                row.d_k, row.d_v, d_model=D_MODEL,
-                               length=LENGTH, dynamic=dynamic)["multiplies"]
+                               length=LENGTH, dynamic=dynamic,
+                               groups=row.groups)["multiplies"]
 
 
 def time_rows(rows, repeats=15, warmup=3):
