@@ -51,7 +51,8 @@ def _config(argv):
   return comm.make_config(
       args["--variant"], number("--heads"), number("--d_k"), number("--d_v"),
       number("--d_model"), number("--length"), number("--batch"),
-      heads_k=number("--heads_k"), heads_v=number("--heads_v"))
+      heads_k=number("--heads_k"), heads_v=number("--heads_v"),
+      groups=number("--groups"))
 
 
 def test_every_one_axis_row_equals_the_formula():
