@@ -225,7 +225,8 @@ contraction: the size of the dim an einsum sums over (None: element-wise).
 # The model.
 
 Attention = collections.namedtuple("Attention", [
-    "variant", "heads_k", "heads", "heads_v", "d_k", "d_v", "dynamic"])
+    "variant", "heads_k", "heads", "heads_v", "d_k", "d_v", "dynamic",
+    "groups"], defaults=(None,))  # groups: grouped_talking_heads only
 Model = collections.namedtuple("Model", [
     "kind", "num_layers", "d_model", "d_ff", "vocab", "batch",
     "inputs_length", "targets_length", "enc_self", "dec_self", "encdec",
@@ -254,11 +255,11 @@ KIND_PLACEMENTS = {"bitransformer": PLACEMENTS, "lm": ("dec_self",),
 
 
 def make_attention(variant, heads, d_k=None, d_v=None, heads_k=None,
-                   heads_v=None, dynamic=()):
+                   heads_v=None, dynamic=(), groups=None):
   """An Attention, validated by costs.resolve_config.
 
   variant "dynamic_projections" is talking heads with `dynamic` terms; d_v
-  defaults to d_k.
+  defaults to d_k; groups: the head groups of grouped_talking_heads.
   """
   d_v = d_k if d_v is None else d_v
   if variant == "dynamic_projections":
@@ -270,11 +271,12 @@ def make_attention(variant, heads, d_k=None, d_v=None, heads_k=None,
     d_k = d_v = None  # d_model, known only with the model
   # d_model and length do not matter to these checks: any valid value
   cfg = costs.resolve_config(variant, heads_k, heads, heads_v, d_k, d_v,
-                             d_model=d_k or 1, length=1, dynamic=dynamic)
+                             d_model=d_k or 1, length=1, dynamic=dynamic,
+                             groups=groups)
   return Attention(variant, cfg["heads_k"], cfg["heads"], cfg["heads_v"],
                    d_k if variant != "general_bilinear" else None,
                    d_v if variant != "general_bilinear" else None,
-                   cfg["dynamic"])
+                   cfg["dynamic"], cfg["groups"])
 
 
 def _positive(name, value):
@@ -379,16 +381,19 @@ def _core_einsum_count(n_dynamic, mode):
 
 
 def _projection(part, out, dynamic, which, heads_in, heads_out, d, n, m, b,
-                impl):
+                impl, groups=1):
   """Ops of L = J.P_l (which="l") or U = W.P_w ("w") with dynamic terms.
 
   Each dynamic term first projects its source (X: n rows, M: m rows) to
   R[rows, heads_in, heads_out]; then impl.dynamic_einsums decides how many
-  n x m einsums mix the heads (their outputs are summed).
+  n x m einsums mix the heads (their outputs are summed).  Grouped talking
+  heads mixes within `groups` groups: each einsum is `groups` times as many
+  matmuls of heads_in/groups x heads_out/groups.
   """
   e, ec = impl.activation_bytes, impl.core_bytes
   terms = [t for t in dynamic if t[-1] == which]
-  mixing = heads_in * heads_out
+  mixing = heads_in * heads_out // groups
+  block = (heads_in // groups, heads_out // groups)  # one group's P_l / P_w
   ops = []
   for t in terms:
     rows = b * (n if t[0] == "x" else m)
@@ -400,9 +405,9 @@ def _projection(part, out, dynamic, which, heads_in, heads_out, d, n, m, b,
     if i < len(terms):  # (static +) R: one projection per row of X or M
       rows, other = (n, m) if terms[i][0] == "x" else (m, n)
       proj, dims = (b * rows * mixing * e,
-                    (b * rows, other, heads_in, heads_out))
+                    (b * rows * groups, other) + block)
     else:
-      proj, dims = mixing * e, (1, b * n * m, heads_in, heads_out)
+      proj, dims = mixing * e, (groups, b * n * m) + block
     ops += _matmul(part, "%s%d" % (out, i), dims, src, proj, dst)
   if count > 1:
     ops += _elementwise(part, out + "_sum",
@@ -437,11 +442,14 @@ def _projected_ops(part, att, terms, d, n, m, b, impl):
   ops += _matmul(part, "K", (1, b * m, d, dk * hk), mem, d * dk * hk * e, k)
   ops += _matmul(part, "V", (1, b * m, d, dv * hv), mem, d * dv * hv * e, v)
   ops += _matmul(part, "J", (b * hk, n, dk, m), q, k, a_hk)
+  g = terms["groups"] or 1
   if has_l:
-    ops += _projection(part, "L", att.dynamic, "l", hk, h, d, n, m, b, impl)
+    ops += _projection(part, "L", att.dynamic, "l", hk, h, d, n, m, b, impl,
+                       g)
   ops += _elementwise(part, "softmax", ELEMENTWISE_PASSES["softmax"], a_h)
   if has_w:
-    ops += _projection(part, "U", att.dynamic, "w", h, hv, d, n, m, b, impl)
+    ops += _projection(part, "U", att.dynamic, "w", h, hv, d, n, m, b, impl,
+                       g)
   ops += _matmul(part, "O", (b * hv, n, m, dv), a_hv if has_w else a_h, v, o)
   ops += _matmul(part, "Y", (1, b * n, dv * hv, d), o, d * dv * hv * e, x)
   return ops
@@ -470,7 +478,7 @@ def attention_ops(att, d_model, n, m, batch, impl, part, bias=False):
   terms = costs.attention_terms(att.variant, att.heads_k, att.heads,
                                 att.heads_v, att.d_k, att.d_v, d_model,
                                 max(n, m), dynamic=att.dynamic,
-                                fold_dynamic=True)
+                                fold_dynamic=True, groups=att.groups)
   if att.variant == "general_bilinear":
     ops = _bilinear_ops(part, terms["heads"], d_model, n, m, batch, impl)
   else:
@@ -560,7 +568,7 @@ def parameter_count(model):
       att = getattr(model, placement)
       terms = costs.attention_terms(att.variant, att.heads_k, att.heads,
                                     att.heads_v, att.d_k, att.d_v, d, 1,
-                                    dynamic=att.dynamic)
+                                    dynamic=att.dynamic, groups=att.groups)
       per_layer += sum(_product(s) for s in terms["params"].values()) + d
     copies = 1 if model.shared_layers else model.num_layers
     total += per_layer * copies + d  # + final norm
@@ -598,7 +606,8 @@ def parse_mesh(mesh_shape):
 
 def _replicated_core(att):
   """True if heads-parallel leaves the softmax whole on every device:
-  variants that mix heads (h_k / h_v split, h whole)."""
+  variants that mix heads (h_k / h_v split, h whole).  Grouped talking
+  heads is laid out groups:model: split like multi-head."""
   return att.variant in ("talking_heads", "project_logits", "project_weights")
 
 
@@ -611,6 +620,7 @@ def attention_ring_elements(att, d_model, n, m, batch, model_axis):
     multi-head, general bilinear: 4 (P-1)/P X    (all-reduce of Y and dX)
     talking heads:     4 (P-1)/P (X + A_h)   (+ L forward, dW backward)
     project logits / project weights: 4 (P-1)/P X + 2 (P-1)/P A_h.
+    grouped talking heads (groups:model): 4 (P-1)/P X, as multi-head.
   Dynamic terms add no collective here (R is split like J or U).
   """
   p = model_axis
@@ -806,6 +816,7 @@ _CLASS_VARIANTS = {
     "ProjectLogits": "project_logits", "ProjectWeights": "project_weights",
     "DynamicProjections": "dynamic_projections",
     "GeneralBilinear": "general_bilinear",
+    "GroupedTalkingHeads": "grouped_talking_heads",
 }
 _MODEL_TYPES = {"bitransformer": "bitransformer", "lm": "lm",
                 "aligned": "encoder"}
@@ -884,6 +895,8 @@ def model_from_gin(gin_files, gin_params=(), vocab=PAPER_T5["vocab"],
       kw.update(heads_k=None)
     if variant != "dynamic_projections":
       kw.update(dynamic=())
+    if variant == "grouped_talking_heads":
+      kw.update(groups=get("groups"))
     try:
       placements[macro.split("_attention")[0]] = make_attention(variant, **kw)
     except ValueError as e:

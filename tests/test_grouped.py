@@ -470,3 +470,32 @@ def test_bad_groups_in_costs_and_comm():
                        groups=groups)
   with pytest.raises(ValueError, match="groups may not share a name"):
     attention.make_dims(4, 4, 4, 2, 2, groups=("heads", 2))
+
+
+def test_perf_counts_grouped_projections_and_reads_the_rows():
+  """mtf_th perf: L = J P_l and U = W P_w have 1/g of talking heads' FLOPs
+  (and its bytes less P_l's: they read and write whole n x m x h tensors), and
+  heads-parallel (groups:model) sends multi-head's elements."""
+  from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
+  impl = perf.IMPLEMENTATIONS["mtf_th"]
+  th = perf.make_attention("talking_heads", 24, 32, 32, 24, 24)
+  mh = perf.make_attention("multi_head", 24, 32, 32)
+  for g in (1, 8):
+    grouped = perf.make_attention("grouped_talking_heads", 24, 32, 32, 24, 24,
+                                  groups=g)
+    ops = {}
+    for att in (th, grouped):
+      ops[att] = {o.name: o for o in perf.attention_ops(
+          att, 768, 512, 512, 2, impl, "enc_self")}
+    for name in ("L0", "U0"):
+      assert ops[grouped][name].flops * g == ops[th][name].flops == (
+          2 * 2 * 512 * 512 * 24 * 24)
+      # the same n x m x h traffic, less of P_l / P_w
+      assert ops[th][name].bytes - ops[grouped][name].bytes == (
+          24 * 24 - 24 * 24 // g) * impl.activation_bytes
+    assert perf.attention_ring_elements(grouped, 768, 512, 512, 2, 8) == \
+        perf.attention_ring_elements(mh, 768, 512, 512, 2, 8)
+  rows = {name: model for name, _, model in perf.experiment_rows(
+      "lm_variants")}
+  assert rows["11_grouped_talking_heads_8_g4"].dec_self == perf.make_attention(
+      "grouped_talking_heads", 8, 16, 16, 8, 8, groups=4)
