@@ -53,6 +53,8 @@ class AttentionLayer(transformer_layers.SelfAttention):
   position bias (compute_bias, memory_length, min/max_relative_position).
   """
 
+  grouped = False  # True: the classes that take groups
+
   def __init__(self,  # pylint: disable=super-init-not-called
                heads_k=("heads_k", 12),
                heads=("heads", 12),
@@ -90,6 +92,12 @@ class AttentionLayer(transformer_layers.SelfAttention):
     Raises:
       ValueError: naming the parameter, for any inconsistent setting.
     """
+    if groups is not None and not self.grouped:
+      raise ValueError(
+          "groups: %s does not group its heads; use "
+          "mtf_th.GroupedTalkingHeadsAttention / ...EncoderAttention "
+          "(gin/attention/grouped_talking_heads.gin) or drop groups"
+          % type(self).__name__)
     self.dims = attention.make_dims(heads_k, heads, heads_v, d_k, d_v, groups)
     self.dynamic = attention.check_dynamic(dynamic, self.dims)
     if relative_attention_type not in _RELATIVE_TYPES:
@@ -411,7 +419,9 @@ class GroupedTalkingHeadsAttention(AttentionLayer):
   and J, L, W, U: [batch, length, memory_length, groups, 3 heads].
   """
 
-  def __init__(self, groups=4, **kwargs):
+  grouped = True
+
+  def __init__(self, groups=None, **kwargs):
     super().__init__(**_grouped_kwargs(groups, kwargs))
 
 
@@ -467,7 +477,9 @@ class TalkingHeadsEncoderAttention(EncDecAttentionLayer):
 class GroupedTalkingHeadsEncoderAttention(EncDecAttentionLayer):
   """Grouped talking-heads attention over the encoder output."""
 
-  def __init__(self, groups=4, **kwargs):
+  grouped = True
+
+  def __init__(self, groups=None, **kwargs):
     super().__init__(**_grouped_kwargs(groups, kwargs))
 
 

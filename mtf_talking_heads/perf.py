@@ -714,7 +714,9 @@ def _check_mesh(model, mesh, mesh_shape):
   split = [("d_ff", model.d_ff), ("vocab", model.vocab)]
   for placement in PLACEMENTS:
     att = getattr(model, placement)
-    if att is not None:
+    if att is not None and att.groups:  # laid out groups:model
+      split += [("%s groups" % placement, att.groups)]
+    elif att is not None:
       split += [("%s heads_k" % placement, att.heads_k),
                 ("%s heads_v" % placement, att.heads_v)]
   for name, size in split:

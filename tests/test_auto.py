@@ -139,14 +139,18 @@ def test_auto_adds_its_rule_to_the_model_layout_and_matches_one_device():
                                         d_v=2, strategy=strategy)
   auto = sharding.Auto()
   kwargs = dict(d_model=8, vocab=16, batch=8, length=8)
-  sharded = harness.Harness([layer(auto)], mesh_shape="model:2",
+  split_layer = layer(auto)
+  sharded = harness.Harness([split_layer], mesh_shape="model:2",
                             layout="heads_k:model;heads_v:model", **kwargs)
   one = harness.Harness([layer(sharding.HeadsParallel(ordered=False))],
                         **kwargs)
   try:
     assert auto.picked == "batch_split_gathered"
     assert ("core_shard", "model") in sharded.model.layout._pairs  # pylint: disable=protected-access
-    assert sharded.counters, "lowered on one device"
+    # lowered with the rule: each device holds half of every core tensor
+    largest, whole = comm.core_activation_slices(sharded.lowering,
+                                                 split_layer.dims)
+    assert whole and largest * 2 == whole, (largest, whole)
     one.assign(sharded.variable_values())
     names = ["loss"] + ["grad:" + n for n in sharded.grads]
     got, want = sharded.fetch(names), one.fetch(names)

@@ -493,9 +493,45 @@ def test_perf_counts_grouped_projections_and_reads_the_rows():
       # the same n x m x h traffic, less of P_l / P_w
       assert ops[th][name].bytes - ops[grouped][name].bytes == (
           24 * 24 - 24 * 24 // g) * impl.activation_bytes
-    assert perf.attention_ring_elements(grouped, 768, 512, 512, 2, 8) == \
-        perf.attention_ring_elements(mh, 768, 512, 512, 2, 8)
+    if g == 8:  # groups:model needs g % P == 0
+      assert perf.attention_ring_elements(grouped, 768, 512, 512, 2, 8) == \
+          perf.attention_ring_elements(mh, 768, 512, 512, 2, 8)
   rows = {name: model for name, _, model in perf.experiment_rows(
       "lm_variants")}
   assert rows["11_grouped_talking_heads_8_g4"].dec_self == perf.make_attention(
       "grouped_talking_heads", 8, 16, 16, 8, 8, groups=4)
+
+
+def test_only_the_grouped_classes_take_groups():
+  """groups on another layer class would silently group it (and costs,
+  perf and sweep rows would count it as ungrouped): refused; and the
+  grouped classes have no default number of groups."""
+  for cls in (layers.TalkingHeadsAttention, layers.MultiHeadAttention,
+              layers.ProjectLogitsEncoderAttention):
+    with pytest.raises(ValueError, match="groups: %s does not group"
+                       % cls.__name__):
+      cls(groups=2)
+  for cls in (layers.GroupedTalkingHeadsAttention,
+              layers.GroupedTalkingHeadsEncoderAttention):
+    with pytest.raises(ValueError, match="groups must be a positive integer"):
+      cls(heads_k=8, heads=8, heads_v=8)
+    assert cls(groups=2, heads_k=8, heads=8, heads_v=8).dims.groups.size == 2
+
+
+def test_grid_refuses_grouped_rows_it_cannot_configure():
+  from mtf_talking_heads.sweep import grid  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match="grouped_talking_heads needs groups"):
+    grid.parse_grid(["variant=talking_heads,grouped_talking_heads"])
+
+
+def test_perf_checks_groups_against_the_model_axis():
+  """A grouped layer is laid out groups:model: mtf_th perf refuses a model
+  axis that does not divide its groups (lm_variants row 10 has 2)."""
+  from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
+  rows = {name: model for name, _, model in perf.experiment_rows(
+      "lm_variants")}
+  model = rows["10_grouped_talking_heads_8_g2"]
+  assert perf.predict(model, "tpu_v3", mesh_shape="model:2")
+  with pytest.raises(ValueError, match=r"dec_self groups \(2\) is not "
+                     "divisible by the model axis"):
+    perf.predict(model, "tpu_v3", mesh_shape="model:4")

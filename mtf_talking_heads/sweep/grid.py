@@ -52,6 +52,11 @@ def parse_grid(specs):
         if v not in rows_lib.VARIANTS:
           raise ValueError("grid: variant %r is unknown; choose from %s"
                            % (v, ", ".join(rows_lib.VARIANTS)))
+        if v == "grouped_talking_heads":  # its groups is no grid key
+          raise ValueError(
+              "grid: variant grouped_talking_heads needs groups, which a "
+              "grid cannot set: sweep its rows with --paper_table "
+              "lm_variants --rows 10,11 or a gin file setting groups")
     else:
       parsed = []
       for v in items:
