@@ -366,26 +366,27 @@ def attention_tensor_shapes(layer, d_model, batch, length, memory_length=None):
   shapes = {}
   if _is_talking_heads_layer(layer):
     dims = layer.dims
+    g = dims.group_dims  # grouped talking heads: [groups] before each heads dim
     shapes.update(layer.weight_shapes(d_model))
     shapes.update({
         "X": b + [length, d_model],
         "M": b + [memory_length, d_model],
-        "Q": b + [length, dims.heads_k, dims.d_k],
-        "K": b + [memory_length, dims.heads_k, dims.d_k],
-        "V": b + [memory_length, dims.heads_v, dims.d_v],
-        "J": b + [length, memory_length, dims.heads_k],
-        "L": b + [length, memory_length, dims.heads],
-        "W": b + [length, memory_length, dims.heads],
-        "U": b + [length, memory_length, dims.heads_v],
-        "O": b + [length, dims.heads_v, dims.d_v],
+        "Q": b + [length] + g + [dims.heads_k, dims.d_k],
+        "K": b + [memory_length] + g + [dims.heads_k, dims.d_k],
+        "V": b + [memory_length] + g + [dims.heads_v, dims.d_v],
+        "J": b + [length, memory_length] + g + [dims.heads_k],
+        "L": b + [length, memory_length] + g + [dims.heads],
+        "W": b + [length, memory_length] + g + [dims.heads],
+        "U": b + [length, memory_length] + g + [dims.heads_v],
+        "O": b + [length] + g + [dims.heads_v, dims.d_v],
         "Y": b + [length, d_model],
     })
     for term in layer.dynamic:
       source = length if term[0] == "x" else memory_length
       pair = ([dims.heads_k, dims.heads] if term.endswith("l")
               else [dims.heads, dims.heads_v])
-      shapes["R_%s%s" % (term[0].upper(), term[-1])] = b + [source] + pair
-    heads = [dims.heads]
+      shapes["R_%s%s" % (term[0].upper(), term[-1])] = b + [source] + g + pair
+    heads = layer.bias_heads()
   elif _is_general_bilinear_layer(layer):
     d_m = layer.d_m(d_model)
     shapes.update(layer.weight_shapes(d_model))

@@ -535,3 +535,20 @@ def test_perf_checks_groups_against_the_model_axis():
   with pytest.raises(ValueError, match=r"dec_self groups \(2\) is not "
                      "divisible by the model axis"):
     perf.predict(model, "tpu_v3", mesh_shape="model:4")
+
+
+def test_validation_shapes_carry_groups():
+  """The pre-flight's tensor shapes of a grouped layer carry `groups` next
+  to each heads dim, and its relative-position bias is per (group, head)."""
+  from mtf_talking_heads import validation  # pylint: disable=g-import-not-at-top
+  layer = layers.GroupedTalkingHeadsAttention(
+      groups=2, heads_k=8, heads=8, heads_v=8, d_k=4, d_v=4,
+      relative_attention_type="bias", dynamic=["x2l"])
+  shapes = validation.attention_tensor_shapes(layer, 16, 2, 8)
+  names = {k: [(d.name, d.size) for d in v] for k, v in shapes.items()}
+  assert names["Q"] == [("batch", 2), ("length", 8), ("groups", 2),
+                        ("heads_k", 4), ("d_k", 4)]
+  assert names["L"][-2:] == [("groups", 2), ("heads", 4)]
+  assert names["R_Xl"][-3:] == [("groups", 2), ("heads_k", 4), ("heads", 4)]
+  assert names["relative_attention_bias"] == [("groups", 2), ("heads", 4),
+                                              ("buckets", 32)]
