@@ -84,8 +84,10 @@ def _as_matrix(name, value):
   value = np.asarray(value, dtype=np.float64)
   if value.ndim != 2:
     raise ValueError(
-        "variable %r has shape %s; a talking-heads projection is a matrix "
-        "(ensembles are not supported)" % (name, value.shape))
+        "variable %r has shape %s; visualize reads ungrouped talking-heads "
+        "projections, which are matrices: grouped talking heads "
+        "([groups, heads_k, heads] blocks) and ensembles are not supported"
+        % (name, value.shape))
   return value
 
 
