@@ -289,8 +289,8 @@ def measure(config, strategy_name, mesh_shape, layout=None, vocab=128,
     name = "auto:" + strategy.picked
     layout = full_layout(layout, validation.parse_layout(run.model.layout))
   result = dict(
-      variant=config.variant + "".join("+" + t for t in config.dynamic) + (
-          "(groups=%d)" % config.groups if config.groups else ""),
+      variant=costs.variant_label(config.variant, config.dynamic,
+                                  config.groups),
       strategy=name, mesh_shape=mesh.mesh_shape_string,
       layout=layout, allreduce=summary["allreduce"],
       alltoall=summary["alltoall"], allconcat=summary["allconcat"],

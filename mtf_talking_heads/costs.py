@@ -159,6 +159,13 @@ def _parse_folding(fold_dynamic):
                    % (", ".join(repr(f) for f in FOLDINGS), fold_dynamic))
 
 
+def variant_label(variant, dynamic=(), groups=None):
+  """The variant as tables print it: "talking_heads+x2l",
+  "grouped_talking_heads(groups=8)"."""
+  label = "+".join((variant,) + tuple(dynamic))
+  return label if groups is None else "%s(groups=%d)" % (label, groups)
+
+
 def _check_groups(variant, groups, heads_k, heads, heads_v):
   """groups: required (a divisor of each heads size) for grouped talking
   heads, None for every other variant."""

@@ -390,7 +390,7 @@ class TalkingHeadsAttention(AttentionLayer):
 
 def _grouped_kwargs(groups, kwargs):
   """The layer's arguments for grouped talking heads: groups required."""
-  if groups is None or isinstance(groups, bool):
+  if groups is None:  # make_dims checks the value
     raise ValueError(
         "groups must be a positive integer (the number of head groups g; "
         "heads_k, heads, heads_v are the totals, each a multiple of g), got "

@@ -1322,11 +1322,12 @@ class Auto(Strategy):
     layout = context.model.layout
     # the rule can be added where the layout lacks it and is the object
     # the mesh implementation lowers with (an mtf.LayoutRules)
-    can_add = (isinstance(layout, mtf.LayoutRules) and
-               self.with_rule(mesh) is not mesh)
+    ruled = self.with_rule(mesh)
+    can_add = isinstance(layout, mtf.LayoutRules) and ruled is not mesh
     strategy, predicted, table = self.choose(
-        layer.dims, mesh, batch, length, context.model.model_dim.size,
-        layer.dynamic, memory_length, add_rule=can_add)
+        layer.dims, ruled if can_add else mesh, batch, length,
+        context.model.model_dim.size, layer.dynamic, memory_length,
+        add_rule=False)
     added = (add_layout_rules(layout, strategy.layout_rules()) if can_add
              else [])
     line = describe_choice(type(layer).__name__, mesh, batch, length,

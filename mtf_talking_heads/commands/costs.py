@@ -80,11 +80,6 @@ def _build_parser():
   return parser
 
 
-def _variant_cell(variant, dynamic, groups=None):
-  cell = "+".join((variant,) + tuple(dynamic))
-  return cell if groups is None else "%s(groups=%d)" % (cell, groups)
-
-
 def _format(columns, rows, fmt):
   return commands.format_table(columns, rows, fmt, text_columns=("variant",))
 
@@ -101,7 +96,7 @@ def _paper_rows(name):
   for row in costs.PAPER_TABLES[name].rows:
     result = costs.paper_row_costs(row)
     cells = [result[c] for c in costs.COLUMNS]
-    cells[0] = _variant_cell(row.variant, row.dynamic)
+    cells[0] = costs.variant_label(row.variant, row.dynamic)
     cells += [row.params, "%.3e" % row.multiplies, _match_cell(result)]
     rows.append(cells)
   return rows
@@ -132,7 +127,7 @@ def _run(args):
       groups=args.groups)
   result = costs.total_costs(terms)
   cells = [result[c] for c in costs.COLUMNS]
-  cells[0] = _variant_cell(terms["variant"], terms["dynamic"],
+  cells[0] = costs.variant_label(terms["variant"], terms["dynamic"],
                            terms["groups"])
   return _format(costs.COLUMNS, [cells], args.format)
 
