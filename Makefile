@@ -26,7 +26,7 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/mtf_th demo
 
-# The whole suite (what CI runs): about 29 minutes on 2 cores, on TF's
+# The whole suite (what CI runs): about 27 minutes on 2 cores, on TF's
 # default (Eigen) CPU kernels, then the strategy tests again with oneDNN's
 # kernels (test-onednn).  Each pass pins its kernel path, because TF picks
 # oneDNN by itself on CPUs with AVX-512 (Intel, and newer AMD EPYC such as
@@ -41,7 +41,7 @@ test: $(STAMP)
 # non-matrix test of test_strategies.py (768 heads, errors, gin, greedy
 # decoding) and the batch:2 x model:4 column of its matrix, where the split
 # cores have the most dims.  tests/test_kernel_ranks.py checks the ranks of
-# every strategy's graphs statically in the main run.  34 tests, 2.4 min
+# every strategy's graphs statically in the main run.  34 tests, 2.3 min
 # measured on 2 cores (2026-11-26).
 ONEDNN_TESTS := tests/test_strategies.py
 ONEDNN_SELECT := not test_sharded_equals_unsharded or batch2xmodel4
