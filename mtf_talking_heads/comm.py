@@ -48,10 +48,10 @@ from mtf_talking_heads import costs
 from mtf_talking_heads import harness
 from mtf_talking_heads import layers
 from mtf_talking_heads import sharding
+from mtf_talking_heads import spec as spec_lib
 from mtf_talking_heads import validation
 
-VARIANTS = ("multi_head", "talking_heads", "project_logits",
-            "project_weights", "grouped_talking_heads")
+VARIANTS = spec_lib.SHARDED_VARIANTS
 COLUMNS = ("variant", "strategy", "mesh_shape", "layout", "allreduce",
            "alltoall", "allconcat", "einsum_replication",
            "max_slice_elements", "ring_bytes_per_device")
@@ -97,24 +97,16 @@ def make_config(variant, heads, d_k, d_v, d_model, length, batch,
                 resolved["dynamic"], resolved["groups"])
 
 
+def attention_spec(config):
+  """The spec.AttentionSpec of a Config."""
+  return spec_lib.AttentionSpec(config.variant, config.heads_k, config.heads,
+                                config.heads_v, config.d_k, config.d_v,
+                                config.dynamic, config.groups)
+
+
 def make_layer(config, strategy=None):
   """The attention layer (mtf_th class) for `config` with `strategy`."""
-  kwargs = dict(d_k=config.d_k, d_v=config.d_v, strategy=strategy)
-  if config.variant == "multi_head":
-    return layers.MultiHeadAttention(heads=config.heads, **kwargs)
-  if config.variant == "project_logits":
-    return layers.ProjectLogitsAttention(heads_k=config.heads_k,
-                                         heads=config.heads, **kwargs)
-  if config.variant == "project_weights":
-    return layers.ProjectWeightsAttention(heads=config.heads,
-                                          heads_v=config.heads_v, **kwargs)
-  if config.variant == "grouped_talking_heads":
-    return layers.GroupedTalkingHeadsAttention(
-        heads_k=config.heads_k, heads=config.heads, heads_v=config.heads_v,
-        groups=config.groups, dynamic=config.dynamic, **kwargs)
-  return layers.TalkingHeadsAttention(
-      heads_k=config.heads_k, heads=config.heads, heads_v=config.heads_v,
-      dynamic=config.dynamic, **kwargs)
+  return layers.layer_for_spec(attention_spec(config), strategy=strategy)
 
 
 def default_layout(layer, mesh_shape, d_model=768):
@@ -155,7 +147,7 @@ def default_layout(layer, mesh_shape, d_model=768):
 def full_layout(layout, pairs):
   """`layout` plus the (dim, axis) `pairs` it lacks (e.g. a strategy's
   layout_rules()), in order."""
-  rules = [r for r in re.split(r"[;,\s]+", layout or "") if r]
+  rules = spec_lib.split_rules(layout)
   for pair in pairs:
     rule = "%s:%s" % pair
     if rule not in rules:
@@ -289,8 +281,7 @@ def measure(config, strategy_name, mesh_shape, layout=None, vocab=128,
     name = "auto:" + strategy.picked
     layout = full_layout(layout, validation.parse_layout(run.model.layout))
   result = dict(
-      variant=costs.variant_label(config.variant, config.dynamic,
-                                  config.groups),
+      variant=attention_spec(config).label,
       strategy=name, mesh_shape=mesh.mesh_shape_string,
       layout=layout, allreduce=summary["allreduce"],
       alltoall=summary["alltoall"], allconcat=summary["allconcat"],

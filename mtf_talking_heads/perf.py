@@ -41,11 +41,10 @@ v4 (megacore) and v5e.  The TPU figures are public specifications
 benchmarks/calibrate_cpu.py (stored in perf_cpu.py).
 """
 import collections
-import numbers
 import os
-import re
 
 from mtf_talking_heads import costs
+from mtf_talking_heads import spec as spec_lib
 from mtf_talking_heads.sweep import gin_reader
 
 # ---------------------------------------------------------------------------
@@ -279,13 +278,6 @@ def make_attention(variant, heads, d_k=None, d_v=None, heads_k=None,
                    cfg["dynamic"], cfg["groups"])
 
 
-def _positive(name, value):
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
-      or value <= 0:
-    raise ValueError("%s must be a positive integer, got %r" % (name, value))
-  return int(value)
-
-
 def make_model(kind, num_layers, d_model, d_ff, vocab, batch, inputs_length,
                targets_length, enc_self=None, dec_self=None, encdec=None,
                relative_bias=True, optimizer="adafactor",
@@ -298,7 +290,7 @@ def make_model(kind, num_layers, d_model, d_ff, vocab, batch, inputs_length,
                       ("d_ff", d_ff), ("vocab", vocab), ("batch", batch),
                       ("inputs_length", inputs_length),
                       ("targets_length", targets_length)):
-    _positive(name, value)
+    spec_lib.positive_int(name, value)
   if optimizer not in OPTIMIZER_PASSES:
     raise ValueError("optimizer=%r is not modelled; choose one of: %s"
                      % (optimizer, ", ".join(OPTIMIZER_PASSES)))
@@ -593,7 +585,7 @@ def parse_mesh(mesh_shape):
     ValueError: naming --mesh_shape.
   """
   sizes = {"batch": 1, "model": 1}
-  for item in [x for x in re.split(r"[;,\s]+", mesh_shape or "") if x]:
+  for item in spec_lib.split_rules(mesh_shape):
     name, _, size = item.partition(":")
     if name not in sizes or not size.isdigit() or int(size) <= 0:
       raise ValueError(
@@ -608,7 +600,8 @@ def _replicated_core(att):
   """True if heads-parallel leaves the softmax whole on every device:
   variants that mix heads (h_k / h_v split, h whole).  Grouped talking
   heads is laid out groups:model: split like multi-head."""
-  return att.variant in ("talking_heads", "project_logits", "project_weights")
+  v = spec_lib.VARIANT[att.variant]
+  return (v.project_logits or v.project_weights) and not att.groups
 
 
 def attention_ring_elements(att, d_model, n, m, batch, model_axis):
@@ -630,10 +623,9 @@ def attention_ring_elements(att, d_model, n, m, batch, model_axis):
   a_h = batch * n * m * att.heads
   f = (p - 1) / p
   total = 4 * f * x
-  if att.variant == "talking_heads":
-    total += 4 * f * a_h
-  elif att.variant in ("project_logits", "project_weights"):
-    total += 2 * f * a_h
+  if _replicated_core(att):  # one all-reduce of A_h per projection, 2 ways
+    v = spec_lib.VARIANT[att.variant]
+    total += 2 * (v.project_logits + v.project_weights) * f * a_h
   return total
 
 
@@ -812,14 +804,6 @@ def predict(model, hardware, mesh_shape="batch:1", impl="mtf",
 # Reading a model from gin files (text only: no TensorFlow, gin's global
 # configuration untouched).
 
-# mtf_th attention classes -> variant (self and encoder-attention classes).
-_CLASS_VARIANTS = {
-    "MultiHead": "multi_head", "TalkingHeads": "talking_heads",
-    "ProjectLogits": "project_logits", "ProjectWeights": "project_weights",
-    "DynamicProjections": "dynamic_projections",
-    "GeneralBilinear": "general_bilinear",
-    "GroupedTalkingHeads": "grouped_talking_heads",
-}
 _MODEL_TYPES = {"bitransformer": "bitransformer", "lm": "lm",
                 "aligned": "encoder"}
 _PLACEMENT_MACROS = ("enc_self_attention", "dec_self_attention",
@@ -829,12 +813,12 @@ _PLACEMENT_MACROS = ("enc_self_attention", "dec_self_attention",
 def _placement_variant(ref, where):
   name = ref.name.split(".")[-1] if isinstance(ref, gin_reader.Reference) \
       else None
-  for prefix, variant in _CLASS_VARIANTS.items():
-    if name in (prefix + "Attention", prefix + "EncoderAttention"):
+  for variant in spec_lib.VARIANTS:
+    if name in spec_lib.layer_class_names(variant):
       return variant
   raise ValueError("%s = %r is not an mtf_th attention class (one of %s)"
                    % (where, ref, ", ".join(
-                       "mtf_th.%sAttention" % p for p in _CLASS_VARIANTS)))
+                       "mtf_th." + v.layer for v in spec_lib.VARIANT_TABLE)))
 
 
 # optimizer classes (utils.run.optimizer) -> OPTIMIZER_PASSES key
@@ -889,15 +873,14 @@ def model_from_gin(gin_files, gin_params=(), vocab=PAPER_T5["vocab"],
       continue
     variant = _placement_variant(get(macro), macro)
     kw = dict(dims)
-    if variant in ("multi_head", "general_bilinear"):
-      kw.update(heads_k=None, heads_v=None)
-    if variant == "project_logits":
-      kw.update(heads_v=None)
-    if variant == "project_weights":
+    v = spec_lib.VARIANT[variant]
+    if not v.project_logits:  # tied to heads
       kw.update(heads_k=None)
-    if variant != "dynamic_projections":
+    if not v.project_weights:
+      kw.update(heads_v=None)
+    if variant != spec_lib.DYNAMIC:
       kw.update(dynamic=())
-    if variant == "grouped_talking_heads":
+    if variant == spec_lib.GROUPED:
       kw.update(groups=get("groups"))
     try:
       placements[macro.split("_attention")[0]] = make_attention(variant, **kw)

@@ -63,6 +63,7 @@ import mesh_tensorflow as mtf
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import attention
+from mtf_talking_heads import spec
 from mtf_talking_heads import validation
 
 # Every op a strategy builds for the core (and, by mtf's naming, every
@@ -120,22 +121,13 @@ def attention_tensor_shapes(dims, batch, length):
   """{tensor: [Dimension]} of every tensor the attention core touches.
 
   The layer's view (its heads dims), as the layout rules see it:
-  Q, K, V, J, L, U, O and P_l / P_w where the variant has them; each with
+  Q, K, V, J, L, W, U, O and P_l / P_w where the variant has them; each with
   `groups` before its heads dims when the layer is grouped.
   """
-  b = mtf.Dimension(BATCH, batch)
-  n = mtf.Dimension(LENGTH, length)
-  m = mtf.Dimension(MEMORY_LENGTH, length)
+  shapes = spec.activation_shapes(
+      dims, [mtf.Dimension(BATCH, batch)], mtf.Dimension(LENGTH, length),
+      mtf.Dimension(MEMORY_LENGTH, length))
   g = dims.group_dims
-  shapes = {
-      "Q": [b, n] + g + [dims.heads_k, dims.d_k],
-      "K": [b, m] + g + [dims.heads_k, dims.d_k],
-      "V": [b, m] + g + [dims.heads_v, dims.d_v],
-      "J": [b, n, m] + g + [dims.heads_k],
-      "L": [b, n, m] + g + [dims.heads],
-      "U": [b, n, m] + g + [dims.heads_v],
-      "O": [b, n] + g + [dims.heads_v, dims.d_v],
-  }
   if dims.project_logits:
     shapes["P_l"] = g + [dims.heads_k, dims.heads]
   if dims.project_weights:

@@ -9,6 +9,7 @@ import os
 import re
 
 from mtf_talking_heads import costs
+from mtf_talking_heads import spec as spec_lib
 from mtf_talking_heads.sweep import gin_reader
 
 EXPERIMENTS = "experiments"
@@ -16,9 +17,7 @@ EXPERIMENTS = "experiments"
 # The macros every experiment file defines (docs/gin_guide.md).
 ROW_MACROS = ("row_label", "variant", "heads_k", "heads", "heads_v", "d_k",
               "d_v", "dynamic", "placement")
-VARIANTS = ("multi_head", "talking_heads", "project_logits",
-            "project_weights", "general_bilinear", "dynamic_projections",
-            "grouped_talking_heads")
+VARIANTS = spec_lib.VARIANTS
 # Read when an experiment file defines it: the head groups of
 # grouped_talking_heads (required there).
 GROUPS_MACRO = "groups"
@@ -64,10 +63,11 @@ def paper_table_names(gin_dir=gin_reader.GIN_DIR):
 
 
 def positive_int(value, name, where):
-  if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-    raise ValueError("%s: %s must be a positive integer, got %r"
-                     % (where, name, value))
-  return value
+  """spec.positive_int, its message prefixed with `where`."""
+  try:
+    return spec_lib.positive_int(name, value)
+  except ValueError as e:
+    raise ValueError("%s: %s" % (where, e)) from None
 
 
 def check_row(row, where):
