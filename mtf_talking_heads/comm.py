@@ -216,12 +216,19 @@ def core_activation_slices(lowering, dims):
 def check_config(config, mesh_shape, layout=None):
   """The checks every strategy makes (divisibility, obstacle 1), no graph.
 
+  First every rule of `layout` must name an axis of the mesh (or batch /
+  model) and a dim of the unit (spec.check_layout_names): a misspelt one
+  would otherwise be ignored and report 0 bytes.
+
   Raises:
     ValueError: naming the dim and mesh axis.
   """
   layer = make_layer(config)
   if layout is None:
     layout = default_layout(layer, mesh_shape, config.d_model)
+  spec_lib.check_layout_names(
+      layout, [name for name, _ in spec_lib.parse_mesh_shape(mesh_shape)],
+      spec_lib.unit_dim_names(attention_spec(config)), what="--layout")
   sharding.HeadsParallel().check(layer.dims, mesh_shape, layout,
                                  config.batch, config.length)
   mesh = sharding.MeshLayout(mesh_shape, layout)

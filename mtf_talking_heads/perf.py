@@ -45,7 +45,7 @@ import os
 
 from mtf_talking_heads import costs
 from mtf_talking_heads import spec as spec_lib
-from mtf_talking_heads.sweep import gin_reader
+from mtf_talking_heads import gin_text as gin_reader
 
 # ---------------------------------------------------------------------------
 # Hardware.
@@ -223,9 +223,7 @@ contraction: the size of the dim an einsum sums over (None: element-wise).
 # ---------------------------------------------------------------------------
 # The model.
 
-Attention = collections.namedtuple("Attention", [
-    "variant", "heads_k", "heads", "heads_v", "d_k", "d_v", "dynamic",
-    "groups"], defaults=(None,))  # groups: grouped_talking_heads only
+Attention = spec_lib.AttentionSpec  # groups: grouped_talking_heads only
 Model = collections.namedtuple("Model", [
     "kind", "num_layers", "d_model", "d_ff", "vocab", "batch",
     "inputs_length", "targets_length", "enc_self", "dec_self", "encdec",
@@ -897,6 +895,34 @@ def model_from_gin(gin_files, gin_params=(), vocab=PAPER_T5["vocab"],
       shared_layers=config.binding(
           "transformer.make_layer_stack.block_scope") is False,
       **{k: v for k, v in placements.items() if k in needed})
+
+
+def model_dim_names(model):
+  """The dim names a layout may split in `model`: spec.MODEL_DIMS, the
+  split strategies' core_shard and each placement's attention dims."""
+  names = set(spec_lib.MODEL_DIMS) | {spec_lib.CORE_SHARD}
+  for placement in PLACEMENTS:
+    att = getattr(model, placement)
+    if att is not None:
+      names.update(att.dim_sizes())
+  return sorted(names)
+
+
+def check_gin_layout(gin_files, gin_params, model, gin_dir=None):
+  """The `layout` macro of the gin files, if any, names the axes batch or
+  model and dims of `model` (spec.check_layout_names).
+
+  perf prices the heads-parallel layout on --mesh_shape's batch and model
+  axes whatever the files lay out; a misspelt rule is refused, not ignored.
+  """
+  from mtf_talking_heads import gin_paths  # pylint: disable=g-import-not-at-top
+  config = gin_reader.GinConfig(gin_files, gin_params,
+                                gin_dir or gin_paths.gin_dir())
+  layout = config.get("layout")
+  if isinstance(layout, str):
+    spec_lib.check_layout_names(
+        spec_lib.parse_layout(layout), spec_lib.STANDARD_MESH_AXES,
+        model_dim_names(model), what="layout %r:" % layout)
 
 
 def row_label(gin_files, gin_params=(), gin_dir=None):

@@ -500,7 +500,7 @@ class _SplitCore(Strategy):
 
   split_name = None  # the tensor dim split over the mesh axis
 
-  def __init__(self, mesh_axis="model", shard_dim="core_shard",
+  def __init__(self, mesh_axis="model", shard_dim=spec.CORE_SHARD,
                reduce_scatter=True):
     self.mesh_axis = mesh_axis
     self.shard_dim = shard_dim
@@ -922,7 +922,7 @@ class GatheredBatchSplit(BatchSplit):
   layout) it runs as BatchSplit.
   """
 
-  def __init__(self, mesh_axis="model", shard_dim="core_shard"):
+  def __init__(self, mesh_axis="model", shard_dim=spec.CORE_SHARD):
     super().__init__(mesh_axis=mesh_axis, shard_dim=shard_dim,
                      reduce_scatter=True)
 
@@ -1232,7 +1232,7 @@ class Auto(Strategy):
 
   name = "auto"
 
-  def __init__(self, mesh_axis="model", shard_dim="core_shard",
+  def __init__(self, mesh_axis="model", shard_dim=spec.CORE_SHARD,
                candidates=("heads_parallel", "batch_split_gathered",
                            "batch_split", "batch_query_split", "query_split",
                            "query_split_allgather")):

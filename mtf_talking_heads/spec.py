@@ -81,6 +81,17 @@ LABELS = collections.OrderedDict((v.name, v.label) for v in VARIANT_TABLE)
 # layouts use them, so one layout string serves several meshes, as mtf's
 # t5 layout "batch:batch;heads:model;d_ff:model;vocab:model" does.
 STANDARD_MESH_AXES = ("batch", "model")
+# The dim a split sharding strategy shards its core over (its layout rule
+# core_shard:model, sharding._SplitCore).
+CORE_SHARD = "core_shard"
+# The dims of a one-layer Unitransformer besides attention's (`mtf_th comm`'s
+# benchmark unit: embedding, residual, logits).
+UNIT_DIMS = ("batch", "length", "memory_length", "d_model", "vocab")
+# Dims of a whole mtf transformer besides attention's (models.describe):
+# feed-forward, position table, relative-bias buckets, factorized
+# embedding, and mtf's generic ones (models.MTF_GENERIC_DIMS).
+MODEL_DIMS = UNIT_DIMS + ("d_ff", "max_length", "buckets", "inner_vocab",
+                          "ensemble", "experts", "outer_batch")
 
 
 def with_projection(which):
@@ -169,7 +180,7 @@ def did_you_mean(name, known, n=1):
 # ------------------------------------------------------------------ the spec
 class AttentionSpec(collections.namedtuple("AttentionSpec", [
     "variant", "heads_k", "heads", "heads_v", "d_k", "d_v", "dynamic",
-    "groups"])):
+    "groups"], defaults=(None,))):
   """The paper's h_k, h, h_v, d_k, d_v of one layer, plus groups and dynamic.
 
   heads sizes are totals (grouped: each a multiple of groups); d_k, d_v are
@@ -212,6 +223,11 @@ class AttentionSpec(collections.namedtuple("AttentionSpec", [
     if self.groups:
       sizes["groups"] = self.groups
     return sizes
+
+
+def unit_dim_names(spec):
+  """Every dim name of `mtf_th comm`'s unit for `spec` (layout targets)."""
+  return sorted(set(spec.dim_sizes()) | set(UNIT_DIMS) | {CORE_SHARD})
 
 
 def _tied(name, value, variant, heads, why):
@@ -530,12 +546,41 @@ def parse_layout(layout):
   return sorted(set(pairs))
 
 
+def _rules(layout):
+  """(dim, axis) pairs in the order written (malformed ones left out)."""
+  if isinstance(layout, str):
+    rules = [tuple(t.split(":")) for t in split_rules(layout)]
+  else:
+    rules = [tuple(r) for r in layout]
+  return [r for r in rules if len(r) == 2]
+
+
+def check_layout_axes(layout, mesh_axes, what="layout"):
+  """Every rule names one of `mesh_axes` or of STANDARD_MESH_AXES.
+
+  Rules for a conventional axis the mesh lacks are ignored, as mtf does
+  (one layout serves several meshes); any other axis is a typo.
+
+  Raises:
+    ValueError: one line, e.g. "layout rule heads:modle names mesh axis
+      'modle', which the mesh (axes: model) does not have (did you mean
+      'model'?); fix the spelling or drop the rule".
+  """
+  mesh_axes = list(mesh_axes)
+  axes = mesh_axes + [a for a in STANDARD_MESH_AXES if a not in mesh_axes]
+  for dim, axis in _rules(layout):
+    if axis not in axes:
+      raise ValueError(
+          "%s rule %s:%s names mesh axis %r, which the mesh (axes: %s) does "
+          "not have%s; fix the spelling or drop the rule"
+          % (what, dim, axis, axis, ", ".join(mesh_axes) or "none",
+             did_you_mean(axis, axes)))
+
+
 def check_layout_names(layout, mesh_axes, dims, what="layout"):
   """Every rule names a known mesh axis and a dim of the model.
 
-  A rule's mesh axis must be one of `mesh_axes` or of STANDARD_MESH_AXES
-  (rules for a conventional axis the mesh lacks are ignored, as mtf does);
-  its tensor dim one of `dims`.  Rules are checked in the order written.
+  check_layout_axes, then: each rule's tensor dim is one of `dims`.
 
   Args:
     layout: an mtf layout string or (tensor dim, mesh axis) pairs.
@@ -543,27 +588,13 @@ def check_layout_names(layout, mesh_axes, dims, what="layout"):
     dims: the dim names of every tensor the layout applies to.
     what: how the message names the layout ("--layout", "layout 'a:b'").
   Raises:
-    ValueError: one line, e.g. "layout rule heads:modle names mesh axis
-      'modle', which the mesh (axes: model) does not have (did you mean
-      'model'?); fix the spelling or drop the rule".
+    ValueError: one line naming the rule, with a did-you-mean, e.g.
+      "--layout rule hedas:model names tensor dim 'hedas', which the model
+      does not have (did you mean 'heads'?); its dims: ...".
   """
-  if isinstance(layout, str):
-    rules = [tuple(t.split(":")) for t in split_rules(layout)]
-  else:
-    rules = list(layout)
-  mesh_axes = list(mesh_axes)
-  axes = mesh_axes + [a for a in STANDARD_MESH_AXES if a not in mesh_axes]
+  check_layout_axes(layout, mesh_axes, what)
   dims = sorted(set(dims))
-  for rule in rules:
-    if len(rule) != 2:
-      continue  # malformed: parse_layout names it
-    dim, axis = rule
-    if axis not in axes:
-      raise ValueError(
-          "%s rule %s:%s names mesh axis %r, which the mesh (axes: %s) does "
-          "not have%s; fix the spelling or drop the rule"
-          % (what, dim, axis, axis, ", ".join(mesh_axes) or "none",
-             did_you_mean(axis, axes)))
+  for dim, axis in _rules(layout):
     if dim not in dims:
       raise ValueError(
           "%s rule %s:%s names tensor dim %r, which the model does not "

@@ -24,7 +24,7 @@ import csv
 import os
 
 from mtf_talking_heads import comparison
-from mtf_talking_heads.sweep import gin_reader
+from mtf_talking_heads import gin_text as gin_reader
 from mtf_talking_heads.sweep import results
 from mtf_talking_heads.sweep import rows as rows_lib
 

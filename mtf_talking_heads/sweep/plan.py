@@ -11,7 +11,7 @@ import os
 import shlex
 
 from mtf_talking_heads import costs
-from mtf_talking_heads.sweep import gin_reader
+from mtf_talking_heads import gin_text as gin_reader
 from mtf_talking_heads.sweep import report
 from mtf_talking_heads.sweep import rows as rows_lib
 

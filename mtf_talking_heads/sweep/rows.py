@@ -10,7 +10,7 @@ import re
 
 from mtf_talking_heads import costs
 from mtf_talking_heads import spec as spec_lib
-from mtf_talking_heads.sweep import gin_reader
+from mtf_talking_heads import gin_text as gin_reader
 
 EXPERIMENTS = "experiments"
 
