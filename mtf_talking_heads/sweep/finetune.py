@@ -364,6 +364,5 @@ def vocabulary_params(mixture):
 
 
 def plan_model(plan, row):
-  """The row's model kind (see plan.model_of)."""
-  from mtf_talking_heads.sweep import plan as plan_lib  # pylint: disable=g-import-not-at-top
-  return plan_lib.model_of(row, plan.gin_dir)
+  """The row's model kind (see rows.model_of)."""
+  return rows_lib.model_of(row, plan.gin_dir)
