@@ -47,6 +47,7 @@ from mesh_tensorflow import placement_mesh_impl
 from mtf_talking_heads import costs
 from mtf_talking_heads import harness
 from mtf_talking_heads import layers
+from mtf_talking_heads import prices
 from mtf_talking_heads import sharding
 from mtf_talking_heads import spec as spec_lib
 from mtf_talking_heads import validation
@@ -109,7 +110,7 @@ def make_layer(config, strategy=None):
   return layers.layer_for_spec(attention_spec(config), strategy=strategy)
 
 
-def default_layout(layer, mesh_shape, d_model=768):
+def default_layout(layer, mesh_shape):
   """Heads-parallel layout that stores every attention weight it can sharded.
 
   "batch" (if the mesh has it) -> batch; on "model": heads_k, then heads_v,
@@ -128,19 +129,8 @@ def default_layout(layer, mesh_shape, d_model=768):
     raise ValueError("no default layout for mesh axis %r (mesh_shape %r); "
                      "pass --layout" % (other[0], mesh_shape))
   rules = ["batch:batch"] if "batch" in axes else []
-  if "model" in axes and layer.dims.groups is not None:
-    rules.append("%s:model" % layer.dims.groups.name)
-  elif "model" in axes:
-    shapes = [set(d.name for d in s) for s in
-              layer.weight_shapes(mtf.Dimension("d_model", d_model)).values()]
-    chosen = []
-    for d in (layer.dims.heads_k, layer.dims.heads_v):
-      if d.name in chosen:
-        continue
-      if any(d.name in s and s & set(chosen) for s in shapes):
-        continue
-      chosen.append(d.name)
-    rules += ["%s:model" % name for name in chosen]
+  if "model" in axes:
+    rules += ["%s:%s" % r for r in prices.heads_parallel_layout(layer.dims)]
   return ";".join(rules)
 
 
@@ -225,7 +215,7 @@ def check_config(config, mesh_shape, layout=None):
   """
   layer = make_layer(config)
   if layout is None:
-    layout = default_layout(layer, mesh_shape, config.d_model)
+    layout = default_layout(layer, mesh_shape)
   spec_lib.check_layout_names(
       layout, [name for name, _ in spec_lib.parse_mesh_shape(mesh_shape)],
       spec_lib.unit_dim_names(attention_spec(config)), what="--layout")
@@ -245,7 +235,7 @@ def _setup(config, strategy_name, mesh_shape, layout):
   strategy = sharding.make_strategy(strategy_name)
   layer = make_layer(config, strategy)
   if layout is None:
-    layout = default_layout(layer, mesh_shape, config.d_model)
+    layout = default_layout(layer, mesh_shape)
   if not isinstance(strategy, sharding.Auto):
     layout = full_layout(layout, strategy.layout_rules())
   return strategy, layer, layout

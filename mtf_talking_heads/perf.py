@@ -44,6 +44,7 @@ import collections
 import os
 
 from mtf_talking_heads import costs
+from mtf_talking_heads import prices
 from mtf_talking_heads import spec as spec_lib
 from mtf_talking_heads import gin_text as gin_reader
 
@@ -605,26 +606,18 @@ def _replicated_core(att):
 def attention_ring_elements(att, d_model, n, m, batch, model_axis):
   """Elements sent per device by one heads-parallel attention layer.
 
-  The formulas of docs/sharding.md, which `mtf_th comm` measures
-  (tests/test_perf.py checks them against its measured figures): with P the
-  model axis, X = b n d and A_h = b n m h,
+  prices.heads_parallel_elements: the strategy's own price (docs/sharding.md,
+  which `mtf_th comm` measures; tests/test_perf.py checks it against its
+  measured figures).  With P the model axis, X = b n d and A_h = b n m h:
     multi-head, general bilinear: 4 (P-1)/P X    (all-reduce of Y and dX)
     talking heads:     4 (P-1)/P (X + A_h)   (+ L forward, dW backward)
-    project logits / project weights: 4 (P-1)/P X + 2 (P-1)/P A_h.
+    project logits: 4 (P-1)/P X + 2 (P-1)/P A_h; project weights the same
+      with A_hv = b n m h_v (U = W P_w is all-reduced).
     grouped talking heads (groups:model): 4 (P-1)/P X, as multi-head.
   Dynamic terms add no collective here (R is split like J or U).
   """
-  p = model_axis
-  if p == 1:
-    return 0
-  x = batch * n * d_model
-  a_h = batch * n * m * att.heads
-  f = (p - 1) / p
-  total = 4 * f * x
-  if _replicated_core(att):  # one all-reduce of A_h per projection, 2 ways
-    v = spec_lib.VARIANT[att.variant]
-    total += 2 * (v.project_logits + v.project_weights) * f * a_h
-  return total
+  return prices.heads_parallel_elements(att, d_model, n, m, batch,
+                                        model_axis)
 
 
 def model_ring_elements(model, batch, model_axis):
