@@ -202,6 +202,33 @@ def no_session_recovery(tpu):
      error_handling._IGNORED_ERRORS) = saved  # pylint: disable=protected-access
 
 
+def layout_pairs(layout):
+  """Breakage: mtf 0.1.21's LayoutRules neither lists nor adds its rules.
+
+  Returns the rules' own set of (tensor dim, mesh axis) pairs (mutable:
+  add_layout_rules grows it).
+  """
+  return layout._pairs  # pylint: disable=protected-access
+
+
+def add_layout_rules(layout, rules):
+  """Adds the missing (tensor dim, mesh axis) `rules` to an mtf.LayoutRules.
+
+  t5's utils.run converts the gin layout to one mtf.LayoutRules and hands
+  that object both to the model (context.model.layout) and to the mesh
+  implementation that lowers the graph, so a rule added while the model is
+  built (sharding.Auto's) is in the layout the graph is lowered with.
+  LayoutRules has no method to add one (see layout_pairs).
+
+  Returns:
+    the pairs added (those the layout did not have).
+  """
+  pairs = layout_pairs(layout)
+  added = [tuple(r) for r in rules if tuple(r) not in pairs]
+  pairs.update(added)
+  return added
+
+
 def gin_bindings():
   """Breakage: gin-config 0.5 has no public view of the parsed bindings.
 

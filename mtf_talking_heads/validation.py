@@ -32,6 +32,7 @@ is a question about names and sizes:
 """
 import mesh_tensorflow as mtf
 
+from mtf_talking_heads import compat
 from mtf_talking_heads import spec
 
 # ------------------------------------------------------------------ parsing
@@ -45,7 +46,7 @@ def parse_mesh_shape(mesh_shape):
 def parse_layout(layout):
   """spec.parse_layout, also taking an mtf.LayoutRules: sorted pairs."""
   if isinstance(layout, mtf.LayoutRules):
-    layout = layout._pairs  # pylint: disable=protected-access
+    layout = compat.layout_pairs(layout)
   return spec.parse_layout(layout)
 
 
