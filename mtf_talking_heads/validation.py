@@ -234,17 +234,8 @@ def attention_tensor_shapes(layer, d_model, batch, length, memory_length=None):
   ``layer.weight_shapes`` (p_q, p_k, p_v, p_o, p_l, p_w, p_xl, p_ml, p_xw,
   p_mw as present, plus relative_attention_bias [heads, buckets] if the
   layer has relative attention) and the activations of the paper's
-  pseudocode::
-
-    X, Y: [batch, length, d_model]       M: [batch, memory_length, d_model]
-    Q: [batch, length, heads_k, d_k]     K: [batch, memory_length, heads_k, d_k]
-    V: [batch, memory_length, heads_v, d_v]
-    J: [batch, length, memory_length, heads_k]
-    L, W: [batch, length, memory_length, heads]
-    U: [batch, length, memory_length, heads_v]
-    O: [batch, length, heads_v, d_v]
-    R_Xl: [batch, length, heads_k, heads]    R_Ml: [batch, memory_length, ...]
-    R_Xw: [batch, length, heads, heads_v]    R_Mw: [batch, memory_length, ...]
+  pseudocode, spec.activation_shapes (X, M, Q, K, V, J, L, W, U, O, Y and
+  the dynamic R_Xl ... R_Mw; e.g. J: [batch, length, memory_length, heads_k]).
 
   General bilinear attention: p [d_model, heads, d_model_m], q [d_model_m,
   heads, d_model] and X, M [batch, memory_length, d_model_m], XP [batch,
