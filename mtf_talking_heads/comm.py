@@ -90,8 +90,7 @@ def make_config(variant, heads, d_k, d_v, d_model, length, batch,
   resolved = costs.resolve_config(variant, heads_k, heads, heads_v, d_k, d_v,
                                   d_model, length, dynamic=dynamic,
                                   groups=groups)
-  if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0:
-    raise ValueError("batch must be a positive integer, got %r" % (batch,))
+  batch = spec_lib.positive_int("batch", batch)
   return Config(variant, resolved["heads_k"], resolved["heads"],
                 resolved["heads_v"], resolved["d_k"], resolved["d_v"],
                 resolved["d_model"], resolved["length"], batch,
