@@ -1,0 +1,314 @@
+"""Predicted memory per device of one training step, by what the step keeps.
+
+Pure Python (no TensorFlow), like costs.py and perf.py, whose model
+description (perf.Model, perf.Attention, perf.Implementation) it reads:
+
+  peak = weights + gradients + optimizer slots          (float32 state)
+       + activations kept for the backward pass         (every layer)
+       + the largest temporaries of the backward pass   (one at a time)
+
+* Weights: parameters per device; a tensor with a heads, d_ff or vocab dim
+  is split over the `model` axis (the layouts of gin/layouts and perf.py's
+  heads-parallel layout), norms and relative-position biases are whole.
+  Gradients: one float32 copy of the weights, all live when the update
+  runs (XLA computes every gradient before the update of the step; TF's
+  executor on CPU may update a weight as soon as its gradient is ready, so
+  there the gradients are an upper bound).
+* Optimizer slots (OPTIMIZER_SLOTS): Adafactor keeps, for a weight whose two
+  largest dims are >= 128 (mtf's min_dim_size_to_factor), a row and a
+  column vector (shape without the largest dim + shape without the second
+  one), else one slot of the weight's size; Adam (BERT) and LAMB (ALBERT)
+  keep two slots (m, v) of every weight's size.
+* Activations kept for the backward pass, per layer of each stack, in
+  activation bytes (perf.Implementation.activation_bytes) except the
+  n x m x heads tensors (core_bytes); X = b n d_model:
+    - every sublayer (RMS norm, layer, residual add): 2 X kept by the norm's
+      gradient and X for the sublayer's output;
+    - attention: Q, K, V, O and the n x m x heads tensors its gradients
+      read (CORE_TENSORS): multi-head keeps W (softmax's gradient and dV
+      read it); talking heads J (for dP_l), W and U (dP_w, dV); logits
+      projection J and W; weights projection W and U.  L is not kept (the
+      softmax gradient reads its output).  Dynamic projections add their R
+      tensors; general bilinear keeps X.P, W and W.M; dropout adds a mask;
+    - feed-forward: the hidden layer before and after the ReLU (2 b n d_ff);
+    - per stack: the embedded inputs and their scaled copy (2 X) and the
+      final norm (2 X); the logits, b n vocab, once.
+* Temporaries: the backward pass starts from the logits' gradient (two
+  more b n vocab tensors: the log-sum-exp and its gradient), then walks the
+  layers down, each holding the gradients of its n x m x heads tensors
+  (two of its largest one at a time) on top of what is still kept.
+* The layout: on a mesh `batch:B,model:P` each device holds batch / B
+  examples; the model axis splits what perf.device_ops splits: heads_k and
+  heads_v dims, d_ff, vocab (heads-parallel).  The variants that mix heads
+  keep W (and L) whole on every device.  The split strategies of
+  sharding.py (STRATEGY_CORES) cut every n x m x heads tensor P ways (and
+  the query splits keep K and V gathered whole);
+  `recompute` keeps no n x m x heads tensor (the core is recomputed in the
+  backward pass, one layer at a time).
+
+docs/costs.md ("Memory model") gives the measured check: every prediction
+within 20% of TensorFlow's allocator peak on CPU (benchmarks/memory.py).
+
+Example (the measured 2-layer talking-heads LM of tests/test_memory.py,
+float32 on one CPU):
+
+  >>> att = perf.make_attention("talking_heads", 4, 16, heads_k=4, heads_v=4)
+  >>> model = perf.make_model("lm", 2, 32, 64, 128, 8, 32, 32, dec_self=att,
+  ...                         relative_bias=False)
+  >>> r = predict(model, "batch:1", "mtf_th_float32")
+  >>> r["core"]  # 2 layers x (J, W, U) x 8 x 32 x 32 x 4 x 4 bytes
+  786432
+"""
+import collections
+
+from mtf_talking_heads import costs
+from mtf_talking_heads import perf
+
+GiB = 2 ** 30
+# Adafactor factors a weight whose two largest dims are at least this big
+# (mesh_tensorflow.optimize.AdafactorOptimizer's min_dim_size_to_factor).
+MIN_DIM_SIZE_TO_FACTOR = 128
+# Slots per weight element of the optimizers that do not factor.
+OPTIMIZER_SLOTS = {"adafactor": None, "adam": 2, "lamb": 2}
+RELATIVE_BUCKETS = 32  # T5's relative_attention_num_buckets
+MASTER_BYTES = 4  # float32 weights, gradients, slots (gin/mtf_th.gin)
+
+# The n x m x heads tensors each variant keeps for its backward pass, by the
+# heads dim they carry ("heads_k", "heads", "heads_v").
+CORE_TENSORS = {
+    "multi_head": ("heads",),                       # W
+    "talking_heads": ("heads_k", "heads", "heads_v"),  # J, W, U
+    "grouped_talking_heads": ("heads_k", "heads", "heads_v"),
+    "project_logits": ("heads_k", "heads"),          # J, W
+    "project_weights": ("heads", "heads_v"),         # W, U
+    "general_bilinear": ("heads",),                  # W (+ X.P, W.M)
+}
+# What a strategy does to the core (sharding.py): "heads" keeps the heads
+# layout (the variants that mix heads keep `heads` whole), "split" cuts
+# every core tensor P ways; the core's gradients then read the re-laid
+# Q, K, V (the heads-split ones are freed: the projections' gradients read
+# X) and Y's gradient the heads-split O, so as many Q, K, V, O elements are
+# kept as heads-parallel keeps, except that "gather" (the query splits)
+# keeps K and V whole; "layer" splits the whole layer over the batch
+# (batch_split_gathered).
+STRATEGY_CORES = collections.OrderedDict([
+    ("heads_parallel", "heads"), ("batch_split_gathered", "layer"),
+    ("batch_split", "split"), ("batch_query_split", "split"),
+    ("query_split", "gather"), ("query_split_allgather", "gather")])
+_MIXING = ("talking_heads", "project_logits", "project_weights")
+# The param tensors of costs.attention_terms and the index of the dim the
+# model axis splits (heads_k / heads_v / groups).
+_SPLIT_DIM = {"P_q": -1, "P_k": -1, "P_v": -1, "P_o": -1, "P_l": 0,
+              "P_w": -1, "P_Xl": 1, "P_Ml": 1, "P_Xw": -1, "P_Mw": -1,
+              "P": -1, "Q": -1}
+
+
+def _product(xs):
+  out = 1
+  for x in xs:
+    out *= x
+  return out
+
+
+def _terms(att, d_model, length=1):
+  return costs.attention_terms(att.variant, att.heads_k, att.heads,
+                               att.heads_v, att.d_k, att.d_v, d_model, length,
+                               dynamic=att.dynamic, groups=att.groups)
+
+
+def weight_shapes(model):
+  """[(name, shape, split dim index or None)] of every learned tensor.
+
+  Attention tensors as costs.attention_terms names them (one entry per
+  layer of each stack, or one per stack when the layers share weights);
+  grouped talking heads' P_l, P_w are split on their groups dim (index 0).
+  """
+  d = model.d_model
+  out = [("embedding", (model.vocab, d), 0)]
+  copies = 1 if model.shared_layers else model.num_layers
+  for stack, _, placements in perf._stacks(model):  # pylint: disable=protected-access
+    layer = []
+    for placement, _ in placements:
+      att = getattr(model, placement)
+      for name, shape in _terms(att, d)["params"].items():
+        split = 0 if att.groups and name in ("P_l", "P_w") else \
+            _SPLIT_DIM.get(name)
+        layer.append(("%s/%s/%s" % (stack, placement, name), shape, split))
+      layer.append(("%s/%s/norm" % (stack, placement), (d,), None))
+    layer += [("%s/ffn/wi" % stack, (d, model.d_ff), 1),
+              ("%s/ffn/wo" % stack, (model.d_ff, d), 0),
+              ("%s/ffn/norm" % stack, (d,), None)]
+    out += layer * copies
+    out.append(("%s/final_norm" % stack, (d,), None))
+    if model.relative_bias:
+      heads = getattr(model, placements[0][0]).heads
+      out.append(("%s/relative_bias" % stack, (RELATIVE_BUCKETS, heads),
+                  None))
+  return out
+
+
+def _slot_shapes(shape, optimizer):
+  """[(shape, index of the split dim kept or None)] of one weight's slots,
+  relative to the weight's own dims (index into `shape`)."""
+  if optimizer != "adafactor":
+    return [(shape, tuple(range(len(shape))))] * OPTIMIZER_SLOTS[optimizer]
+  order = sorted(range(len(shape)), key=lambda i: -shape[i])
+  if len(shape) < 2 or shape[order[1]] < MIN_DIM_SIZE_TO_FACTOR:
+    return [(shape, tuple(range(len(shape))))]
+  keep_r = tuple(i for i in range(len(shape)) if i != order[0])
+  keep_c = tuple(i for i in range(len(shape)) if i != order[1])
+  return [(tuple(shape[i] for i in keep_r), keep_r),
+          (tuple(shape[i] for i in keep_c), keep_c)]
+
+
+def state_elements(model, model_axis=1):
+  """(weights, optimizer slot) elements per device on a model axis of P."""
+  weights = slots = 0.0
+  for _, shape, split in weight_shapes(model):
+    index = None if split is None else split % len(shape)
+    size = _product(shape)
+    weights += size / model_axis if index is not None else size
+    for slot_shape, kept in _slot_shapes(shape, model.optimizer):
+      n = _product(slot_shape)
+      slots += n / model_axis if index in kept else n
+  return weights, slots
+
+
+def _core_elements(att, b, n, m, p, core):
+  """n x m x heads elements one attention layer keeps, per device."""
+  sizes = {"heads_k": att.heads_k, "heads": att.heads,
+           "heads_v": att.heads_v}
+  total = 0.0
+  for dim in CORE_TENSORS[att.variant]:
+    whole = (core == "heads" and att.variant in _MIXING and dim == "heads")
+    total += b * n * m * sizes[dim] / (1 if whole else p)
+  return total
+
+
+def attention_kept(att, d_model, n, m, b, p, impl, strategy="heads_parallel",
+                   recompute=False, dropout=False):
+  """(activation bytes, core bytes) one attention layer keeps, per device.
+
+  Args:
+    att: a perf.Attention.
+    d_model, n, m: model size, query and memory lengths.
+    b: examples on the device's data-parallel group.
+    p: the model axis.
+    impl: a perf.Implementation.
+    strategy: a key of STRATEGY_CORES.
+    recompute: True: the core is recomputed in the backward pass (no
+      n x m x heads tensor kept).
+    dropout: dropout on the attention weights (a mask is kept).
+  Returns:
+    (bytes of the sublayer's X-sized, Q, K, V, O, R tensors; bytes of its
+    n x m x heads tensors).
+  """
+  core = STRATEGY_CORES[strategy]
+  e, ec = impl.activation_bytes, impl.core_bytes
+  x = b * n * d_model
+  kept = 3.0 * x  # norm (2 X) + output
+  if att.variant == "general_bilinear":
+    h = att.heads
+    kept += 2.0 * b * n * d_model * h / p  # X.P and W.M
+    a = 0.0 if recompute else _core_elements(att, b, n, m, p, core)
+    return kept * e, a * ec
+  q = b * n * att.heads_k * att.d_k / p
+  k = b * m * att.heads_k * att.d_k / p
+  v = b * m * att.heads_v * att.d_v / p
+  o = b * n * att.heads_v * att.d_v / p
+  if core == "gather":  # K and V gathered whole for the core's gradients
+    k, v = p * k, p * v
+  kept += q + k + v + o
+  for term in att.dynamic:  # R[rows, heads_in, heads_out], split like J / U
+    rows = n if term[0] == "x" else m
+    pair = (att.heads_k * att.heads if term[-1] == "l"
+            else att.heads * att.heads_v)
+    kept += b * rows * pair / (att.groups or 1) / p
+  a = 0.0 if recompute else _core_elements(
+      att, b, n, m, p, "split" if core in ("split", "gather", "layer")
+      else core)
+  if dropout and not recompute:
+    a += b * n * m * att.heads_v / p
+  return kept * e, a * ec
+
+
+def _largest_core(att, b, n, m, p, core):
+  """The largest n x m x heads tensor of one layer, elements per device."""
+  whole = core == "heads" and att.variant in _MIXING
+  return b * n * m * max(att.heads_k / p, att.heads / (1 if whole else p),
+                         att.heads_v / p)
+
+
+def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
+            recompute=False, dropout=False):
+  """Predicted bytes per device of one training step.
+
+  Args:
+    model: a perf.Model.
+    mesh_shape: "batch:B,model:P" (perf.parse_mesh).
+    impl: a key of perf.IMPLEMENTATIONS or an Implementation (activation
+      and core bytes).
+    strategy: a key of STRATEGY_CORES for every attention layer (None:
+      heads_parallel); general bilinear always runs heads-parallel.
+    recompute: recompute the attention core in the backward pass.
+    dropout: attention-weights dropout on (dropout_rate > 0).
+
+  Returns:
+    dict of bytes per device: weights, gradients, optimizer, activations
+    (kept, core tensors excluded), core (the n x m x heads tensors kept),
+    temporaries, total; and parts {name: bytes} for the table.
+
+  Raises:
+    ValueError: naming the bad argument.
+  """
+  if not isinstance(model, perf.Model):
+    raise ValueError("model must be a perf.Model, got %r" % (model,))
+  impl = perf._implementation(impl)  # pylint: disable=protected-access
+  strategy = strategy or "heads_parallel"
+  if strategy not in STRATEGY_CORES:
+    raise ValueError("strategy %r has no memory model; choose one of: %s"
+                     % (strategy, ", ".join(STRATEGY_CORES)))
+  mesh = perf.parse_mesh(mesh_shape)
+  perf._check_mesh(model, mesh, mesh_shape)  # pylint: disable=protected-access
+  b, p = model.batch // mesh["batch"], mesh["model"]
+  e = impl.activation_bytes
+  weights, slots = state_elements(model, p)
+  kept = core = 0.0
+  largest = 0.0
+  for _, n, placements in perf._stacks(model):  # pylint: disable=protected-access
+    x = b * n * model.d_model
+    layer_kept = layer_core = 0.0
+    for placement, m in placements:
+      att = getattr(model, placement)
+      s = strategy if att.variant != "general_bilinear" else "heads_parallel"
+      k_bytes, c_bytes = attention_kept(att, model.d_model, n, m, b, p, impl,
+                                        s, recompute, dropout)
+      layer_kept += k_bytes
+      layer_core += c_bytes
+      largest = max(largest, _largest_core(att, b, n, m, p,
+                                           STRATEGY_CORES[s]) *
+                    impl.core_bytes)
+    layer_kept += (3 * x + 2 * b * n * model.d_ff / p) * e  # FFN sublayer
+    kept += layer_kept * model.num_layers + 4 * x * e  # + embed, final norm
+    core += layer_core * model.num_layers
+  logits = b * perf._positions(model) * model.vocab / p * e  # pylint: disable=protected-access
+  kept += logits
+  if recompute:  # one layer's core recomputed at a time
+    largest += max(_largest_core(getattr(model, pl), b, n, m, p, "heads")
+                   for _, n, pls in perf._stacks(model)  # pylint: disable=protected-access
+                   for pl, m in pls) * impl.core_bytes
+  temporaries = max(2 * logits, 2 * largest)
+  state = MASTER_BYTES
+  out = collections.OrderedDict([
+      ("weights", weights * state), ("gradients", weights * state),
+      ("optimizer", slots * state), ("activations", kept), ("core", core),
+      ("temporaries", temporaries)])
+  out["total"] = sum(out.values())
+  out.update(mesh_shape=mesh_shape, strategy=strategy, recompute=recompute,
+             implementation=impl.name)
+  return out
+
+
+def fits(prediction, device_bytes, margin=0.1):
+  """Whether a prediction fits `device_bytes` with `margin` left free."""
+  return prediction["total"] <= (1 - margin) * device_bytes
