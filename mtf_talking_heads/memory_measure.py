@@ -319,3 +319,61 @@ def auto_mtf_peak(graph):
     peak = max(peak, sum(interface.get_tensor_size(t, layout, sizes)
                          for t in contents))
   return peak
+
+
+# (name, MeasureConfig kwargs): every variant, 4-16 heads, length 16-64,
+# 1-4 devices, the split strategies, Adafactor and Adam.
+CONFIGS = (
+    ("mh_h4_n32_1", dict(variant="multi_head", heads=4, length=32,
+                         mesh_shape="batch:1")),
+    ("th_h4_n32_1", dict(variant="talking_heads", heads=4, length=32,
+                         mesh_shape="batch:1")),
+    ("pl_h4_n32_1", dict(variant="project_logits", heads=4, length=32,
+                         mesh_shape="batch:1")),
+    ("pw_h4_n32_1", dict(variant="project_weights", heads=4, length=32,
+                         mesh_shape="batch:1")),
+    ("th_h8_n32_m2", dict(variant="talking_heads", heads=8, length=32,
+                          mesh_shape="model:2")),
+    ("th_h4_n64_m2", dict(variant="talking_heads", heads=4, length=64,
+                          mesh_shape="model:2")),
+    ("mh_h8_n64_m4", dict(variant="multi_head", heads=8, length=64,
+                          mesh_shape="model:4")),
+    ("th_h8_n16_b2m2", dict(variant="talking_heads", heads=8, length=16,
+                            mesh_shape="batch:2,model:2")),
+    ("gth_h8_g2_n32_m2", dict(variant="grouped_talking_heads", heads=8,
+                              groups=2, length=32, mesh_shape="model:2")),
+    ("dp_h4_n32_m2", dict(variant="talking_heads", heads=4, length=32,
+                          dynamic=("x2l", "m2w"), mesh_shape="model:2")),
+    ("th_h4_n32_b2", dict(variant="talking_heads", heads=4, length=32,
+                          mesh_shape="batch:2")),
+    ("th_h8_n32_m4_bsplit", dict(variant="talking_heads", heads=8, length=32,
+                                 mesh_shape="model:4",
+                                 strategy="batch_split")),
+    ("th_h8_n32_m2_qsplit", dict(variant="talking_heads", heads=8, length=32,
+                                 mesh_shape="model:2",
+                                 strategy="query_split")),
+    ("mh_h16_n64_m2_adam", dict(variant="multi_head", heads=16, length=64,
+                                mesh_shape="model:2", optimizer="adam")),
+)
+BASE = dict(d_k=16, num_layers=2, d_model=32, d_ff=64, vocab=128, batch=8)
+
+
+def compare(names=None):
+  """[(name, measured bytes, predicted bytes, auto_mtf bytes)]."""
+  from mtf_talking_heads import memory  # pylint: disable=g-import-not-at-top
+  out = []
+  for name, kw in CONFIGS:
+    if names and name not in names:
+      continue
+    config = MeasureConfig(**dict(BASE, **kw))
+    graph = StepGraph(config)
+    try:
+      measured = measure(config, graph)["peak_bytes"]
+      estimated = auto_mtf_peak(graph)
+    finally:
+      graph.close()
+    predicted = memory.predict(attention_model(config),
+                               config.mesh_shape, "mtf_th_float32",
+                               strategy=config.strategy)["total"]
+    out.append((name, measured, predicted, estimated))
+  return out

@@ -1,0 +1,112 @@
+"""mtf_th plan: candidates, their numbers, the refusal line, bad input."""
+import csv
+import io
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from mtf_talking_heads import memory
+from mtf_talking_heads import perf
+from mtf_talking_heads import planner
+
+MTF_TH = os.path.join(os.path.dirname(sys.executable), "mtf_th")
+TH24 = "experiments/t5_heads/07_talking_heads_24_32.gin"
+
+
+def _cli(argv, capsys):
+  from mtf_talking_heads import cli  # pylint: disable=g-import-not-at-top
+  status = cli.main(["plan"] + argv)
+  out, err = capsys.readouterr()
+  return status, out, err
+
+
+def test_paper_setup_fits(capsys):
+  # Table 1's talking heads 24 x 32 at the paper's batch 128 on a v3-32:
+  # 4 sequences per core fit (6.74 GiB of 16), data parallel or with a
+  # model axis of 2
+  status, out, err = _cli(["--gin_file", TH24, "--hardware", "tpu_v3",
+                           "--devices", "32", "--format", "csv"], capsys)
+  assert status == 0, err
+  rows = list(csv.DictReader(io.StringIO(out)))
+  assert len(rows) == 10  # --top's default
+  first = [r for r in rows if r["mesh_shape"] == "batch:32,model:1"][0]
+  assert (first["strategy"], first["fits"], first["memory_gib"]) == (
+      "heads_parallel", "yes", "6.74")
+  model = perf.model_from_gin([TH24])
+  mem = memory.predict(model, "batch:32,model:1", "mtf_th",
+                       layout="batch:batch")
+  assert float(first["memory_gib"]) == pytest.approx(
+      mem["total"] / 2 ** 30, abs=0.006)
+  assert float(first["step_s"]) == pytest.approx(
+      perf.predict(model, "tpu_v3", "batch:32,model:1", "mtf_th")["step_s"],
+      abs=1e-4)
+  assert "mesh_shape = 'batch:32;model:1'" in first["gin"]
+  # every row fits, sorted by step time
+  times = [float(r["step_s"]) for r in rows]
+  assert times == sorted(times) and {r["fits"] for r in rows} == {"yes"}
+
+
+def test_split_strategy_rows_and_bindings():
+  model = perf.model_from_gin([TH24], ["batch_size = 16"])
+  cands = planner.plan(model, "tpu_v4", 8)
+  names = {(c.mesh_shape, c.strategy) for c in cands}
+  assert ("batch:1,model:8", "batch_split") in names
+  # the query splits need the length divisible by the model axis: the
+  # decoder's 114 targets are not
+  assert ("batch:1,model:8", "query_split") not in names
+  assert ("batch:4,model:2", "query_split") in names
+  split = [c for c in cands if c.mesh_shape == "batch:1,model:8" and
+           c.strategy == "batch_split"][0]
+  assert "mtf_th.TalkingHeadsAttention.strategy = @mtf_th.BatchSplit()" in \
+      split.gin
+  assert any("core_shard:model" in g for g in split.gin)
+  heads = [c for c in cands if c.mesh_shape == "batch:1,model:8" and
+           c.strategy == "heads_parallel"][0]
+  # the split core keeps 1/8 of W where heads-parallel keeps it whole
+  assert split.memory["core"] < heads.memory["core"]
+
+
+def test_nothing_fits_one_line_and_status_1(capsys):
+  # the paper's batch 128 on a v2-8: 16 sequences per 8 GiB core
+  status, out, err = _cli(["--gin_file", TH24, "--hardware", "tpu_v2",
+                           "--devices", "8"], capsys)
+  assert status == 1 and not out
+  assert err.count("\n") == 1, err
+  assert re.match(
+      r"mtf_th plan: nothing fits: the smallest is 22\.96 GiB per device "
+      r"\(batch:8,model:1, heads_parallel\) against 7\.20 GiB usable of "
+      r"8\.00 GiB on tpu_v2 \(10% margin\), batch 128 on 8 devices; it "
+      r"would fit with --batch 32 \(4 per device\) or --devices 32", err), err
+
+
+@pytest.mark.parametrize("argv,pattern", [
+    (["--gin_file", TH24, "--hardware", "tpu_v3", "--devices", "0"],
+     "--devices must be a positive integer, got 0"),
+    (["--gin_file", TH24, "--hardware", "tpu_v9", "--devices", "8"],
+     "argument --hardware: invalid choice: 'tpu_v9'"),
+    (["--hardware", "tpu_v3", "--devices", "8"], "give --gin_file FILE"),
+    (["--gin_file", TH24, "--hardware", "tpu_v3", "--devices", "8",
+      "--margin", "1.5"], "--margin must be in [0, 1), got 1.5"),
+    (["--gin_file", TH24, "--hardware", "tpu_v3", "--devices", "3"],
+     "no mesh of 3 devices splits this model"),
+])
+def test_bad_arguments_exit_2(argv, pattern, capsys):
+  status, out, err = _cli(argv, capsys)
+  assert status == 2 and not out
+  assert pattern in err and err.count("\n") == 1, err
+
+
+def test_plan_imports_no_tensorflow(tmp_path):
+  proc = subprocess.run(
+      [MTF_TH, "plan", "--gin_file", TH24, "--hardware", "tpu_v3",
+       "--devices", "32", "--top", "1"], cwd=str(tmp_path),
+      env=dict(os.environ, PYTHONPROFILEIMPORTTIME="1"),
+      capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  heavy = [l for l in proc.stderr.splitlines()
+           if re.search(r"\|\s+(tensorflow|mesh_tensorflow)(\.|$)", l)]
+  assert not heavy, heavy[:3]
+  assert proc.stdout.count("\n") == 3  # header, rule, one row
