@@ -110,3 +110,55 @@ def test_plan_imports_no_tensorflow(tmp_path):
            if re.search(r"\|\s+(tensorflow|mesh_tensorflow)(\.|$)", l)]
   assert not heavy, heavy[:3]
   assert proc.stdout.count("\n") == 3  # header, rule, one row
+
+
+# ---------------------------------------------------------------------------
+# Pre-flight warnings (fit_check): launch/tpu.py and mtf_th train.
+
+def _launch():
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location(
+      "launch_tpu_plan", os.path.join(os.path.dirname(os.path.dirname(
+          os.path.abspath(__file__))), "launch", "tpu.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _launch_argv(accelerator, parallelism):
+  return ["--dry_run", "--name", "th24", "--zone", "z", "--project", "p",
+          "--model_dir", "gs://b/th24", "--experiment", TH24,
+          "--accelerator", accelerator, "--parallelism", parallelism]
+
+
+def test_launch_warns_when_the_slice_is_too_small(capsys):
+  tpu = _launch()
+  # batch 128 data parallel on a v2-8: 16 sequences per 8 GiB core
+  assert tpu.main(_launch_argv("v2-8", "batch")) == 0
+  err = capsys.readouterr().err.splitlines()
+  warnings = [l for l in err if "warning" in l]
+  assert warnings == [
+      "launch/tpu.py: warning: predicted 22.96 GiB per device for mesh "
+      "batch:8 on tpu_v2, more than the 7.20 GiB usable (10% left free); it "
+      "may run out of memory: see mtf_th plan --gin_file "
+      "experiments/t5_heads/07_talking_heads_24_32.gin --hardware tpu_v2 "
+      "--devices 8"]
+  # the paper's v3-32, 4 sequences per core: no warning
+  assert tpu.main(_launch_argv("v3-32", "batch")) == 0
+  assert "warning" not in capsys.readouterr().err
+
+
+def test_train_warns_before_building_a_step_that_cannot_fit(capsys):
+  import argparse  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.commands import train  # pylint: disable=g-import-not-at-top
+  args = argparse.Namespace(gin_file=["models/t5_base.gin"],
+                            gin_param=["batch_size = 65536"], tpu=None)
+  train._memory_warning(args)  # pylint: disable=protected-access
+  (line,) = capsys.readouterr().err.splitlines()
+  assert line.startswith("mtf_th train: warning: predicted ")
+  assert "on cpu" in line and line.endswith(
+      "see mtf_th plan --gin_file models/t5_base.gin --hardware cpu "
+      "--devices 1")
+  args.gin_param = ["batch_size = 2"]
+  train._memory_warning(args)  # pylint: disable=protected-access
+  assert capsys.readouterr().err == ""
