@@ -55,6 +55,14 @@ def _build_parser(hardware_names):
                       "activations; cpu: mtf_th_float32)")
   parser.add_argument("--vocab", type=int, default=32128, metavar="N",
                       help="vocabulary size (default T5's 32128)")
+  parser.add_argument("--mesh_shape", metavar="SHAPE",
+                      help="only this mesh, e.g. batch:8 (data parallel "
+                      "only) or batch:2,model:4")
+  parser.add_argument("--paper_table", metavar="NAME",
+                      help="instead of --gin_file: one line per row of "
+                      "gin/experiments/NAME (e.g. t5_heads) at its batch: "
+                      "data parallel memory and verdict, the fastest "
+                      "candidate that fits")
   parser.add_argument("--all", action="store_true",
                       help="also list the candidates that do not fit")
   parser.add_argument("--top", type=int, default=10, metavar="K",
@@ -74,8 +82,12 @@ def _check(args):
                               % args.margin)
   if args.top < 0:
     raise commands.UsageError("--top must be >= 0, got %d" % args.top)
-  if not args.gin_file:
-    raise commands.UsageError("give --gin_file FILE (repeatable)")
+  if args.paper_table and (args.gin_file or args.gin_param):
+    raise commands.UsageError("--paper_table reads its own gin files; drop "
+                              "--gin_file / --gin_param")
+  if not args.gin_file and not args.paper_table:
+    raise commands.UsageError("give --gin_file FILE (repeatable) or "
+                              "--paper_table NAME")
 
 
 def _gib(x):
@@ -106,13 +118,22 @@ def _run(args):
   from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
   _check(args)
+  mesh = None
+  if args.mesh_shape:
+    axes = perf.parse_mesh(args.mesh_shape)
+    if axes["batch"] * axes["model"] != args.devices:
+      raise commands.UsageError(
+          "--mesh_shape %r has %d devices, --devices is %d; make them equal"
+          % (args.mesh_shape, axes["batch"] * axes["model"], args.devices))
+    mesh = "batch:%d,model:%d" % (axes["batch"], axes["model"])
+  if args.paper_table:
+    return _paper_table(args, mesh)
   params = list(args.gin_param)
   if args.batch:
     params.append("batch_size = %d" % args.batch)
   model = perf.model_from_gin(args.gin_file, params, vocab=args.vocab)
   dropout = dropout_on(args.gin_file, params)
-  candidates = planner.plan(model, args.hardware, args.devices,
-                            args.implementation, args.margin, dropout)
+  candidates = _candidates(model, args, mesh, dropout)
   fitting = [c for c in candidates if c.fits]
   usable = planner.usable_bytes(args.hardware, args.devices, args.margin)
   if not fitting:
@@ -135,6 +156,48 @@ def _run(args):
   return commands.format_table(COLUMNS, [_row(c, args.format) for c in shown],
                                args.format, text_columns=(
                                    "mesh_shape", "strategy", "fits", "gin"))
+
+
+def _candidates(model, args, mesh, dropout=False):
+  from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
+  candidates = planner.plan(model, args.hardware, args.devices,
+                            args.implementation, args.margin, dropout)
+  if mesh:
+    candidates = [c for c in candidates if c.mesh_shape == mesh]
+    if not candidates:
+      raise ValueError("--mesh_shape %s does not split this model (batch "
+                       "%d); choose another" % (mesh, model.batch))
+  return candidates
+
+
+PAPER_COLUMNS = ("row", "label", "batch_per_device", "data_parallel_gib",
+                 "fits_data_parallel", "best_mesh", "best_strategy",
+                 "best_gib", "best_step_s")
+
+
+def _paper_table(args, mesh):
+  """One line per experiment row: data parallel, and the best that fits."""
+  from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
+  rows = []
+  for name, label, model in perf.experiment_rows(args.paper_table,
+                                                 vocab=args.vocab):
+    if args.batch:
+      model = model._replace(batch=args.batch)
+    candidates = _candidates(model, args, mesh)
+    data = [c for c in candidates if c.mesh_shape.endswith(",model:1")]
+    fitting = [c for c in candidates if c.fits]
+    best = fitting[0] if fitting else None
+    rows.append([name, label, "%g" % (model.batch / args.devices),
+                 _gib(data[0].memory["total"]) if data else "",
+                 ("yes" if data[0].fits else "no") if data else "",
+                 best.mesh_shape if best else "none fits",
+                 best.strategy if best else "",
+                 _gib(best.memory["total"]) if best else "",
+                 "%.4f" % best.step_s if best else ""])
+  return commands.format_table(PAPER_COLUMNS, rows, args.format,
+                               text_columns=("row", "label", "best_mesh",
+                                             "best_strategy",
+                                             "fits_data_parallel"))
 
 
 class NothingFits(Exception):
