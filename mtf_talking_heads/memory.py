@@ -392,15 +392,17 @@ def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
       layer_core += c_bytes
       one = _largest_core(att, b, n, m, p, STRATEGY_CORES[s], roles)
       largest = max(largest, one * impl.core_bytes)
-      recomputed = max(recomputed, one * impl.core_bytes)
+      if recompute:  # what the layer's recomputed core holds again
+        recomputed = max(recomputed, attention_kept(
+            att, model.d_model, n, m, b, p, impl, s, False, dropout,
+            roles)[1])
     layer_kept += (3 * x + 2 * b * n * model.d_ff / p) * e  # FFN sublayer
     kept += layer_kept * model.num_layers + 4 * x * e  # + embed, final norm
     core += layer_core * model.num_layers
   logits = b * loss_positions(model) * model.vocab / p * e
   kept += logits
-  if recompute:  # one layer's core recomputed at a time
-    largest += recomputed * len(CORE_TENSORS["talking_heads"])
-  temporaries = max(2 * logits, 2 * largest)
+  # one layer's core recomputed at a time, on top of its gradients
+  temporaries = max(2 * logits, 2 * largest + recomputed)
   state = MASTER_BYTES
   out = collections.OrderedDict([
       ("weights", weights * state),

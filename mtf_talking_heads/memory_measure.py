@@ -54,8 +54,8 @@ from mtf_talking_heads import perf
 MeasureConfig = collections.namedtuple("MeasureConfig", [
     "variant", "heads", "d_k", "num_layers", "d_model", "d_ff", "vocab",
     "batch", "length", "mesh_shape", "layout", "dynamic", "groups",
-    "optimizer", "strategy"],
-    defaults=("", (), None, "adafactor", "heads_parallel"))
+    "optimizer", "strategy", "recompute"],
+    defaults=("", (), None, "adafactor", "heads_parallel", False))
 MeasureConfig.__doc__ = """One measured configuration.
 
 variant: a perf/costs variant ("multi_head", "talking_heads",
@@ -65,6 +65,8 @@ mesh_shape: e.g. "batch:2;model:2"; layout: "" for comm.default_layout
 plus "batch:batch", "d_ff:model", "vocab:model" on the axes the mesh has.
 optimizer: "adafactor", "adam" or "lamb" (memory.py's OPTIMIZER_SLOTS).
 strategy: a sharding strategy name (sharding.STRATEGIES).
+recompute: the core recomputed in the backward pass (recompute.RecomputeCore,
+heads_parallel only).
 """
 
 _OPTIMIZERS = {
@@ -101,7 +103,11 @@ def _layer(config):
   c = comm.make_config(variant, config.heads, config.d_k, config.d_k,
                        config.d_model, config.length, config.batch,
                        dynamic=config.dynamic, groups=config.groups)
-  return comm.make_layer(c, sharding.make_strategy(config.strategy))
+  strategy = sharding.make_strategy(config.strategy)
+  if config.recompute:
+    from mtf_talking_heads import recompute  # pylint: disable=g-import-not-at-top
+    strategy = recompute.RecomputeCore()
+  return comm.make_layer(c, strategy)
 
 
 def full_layout(config, layer):
@@ -128,9 +134,13 @@ def _mesh_string(config):
 
 
 class StepGraph(object):
-  """The training step of `config`, lowered on logical CPUs, initialised."""
+  """The training step of `config`, lowered on logical CPUs, initialised.
 
-  def __init__(self, config):
+  lower=False builds the mtf graph only (mtf_graph, mtf_loss, layout):
+  what auto_mtf reads, at any size.
+  """
+
+  def __init__(self, config, lower=True):
     harness.parse_mtf_defaults()
     layer_list = []
     for _ in range(config.num_layers):
@@ -164,12 +174,15 @@ class StepGraph(object):
       grads = mtf.gradients([loss], [v.outputs[0] for v in variables])
       tf.train.get_or_create_global_step()
       updates = _OPTIMIZERS[config.optimizer]().apply_grads(grads, variables)
+      self.mtf_graph, self.mtf_loss = mtf_graph, loss
+      self.mesh_shape = config.mesh_shape
+      self.session = None
+      if not lower:
+        return
       impl = harness.mesh_impl(mesh_shape, layout,
                                comm.PointToPointMeshImpl)
       self.lowering = mtf.Lowering(mtf_graph, {mesh: impl}, autostack=False)
       self.loss = self.lowering.export_to_tf_tensor(loss)
-      self.mtf_graph, self.mtf_loss = mtf_graph, loss
-      self.mesh_shape = config.mesh_shape
       self.train_op = tf.group([self.lowering.lowered_operation(op)
                                 for op in updates])
       self.devices = list(impl.devices)
@@ -202,7 +215,8 @@ class StepGraph(object):
     return md
 
   def close(self):
-    self.session.close()
+    if self.session is not None:
+      self.session.close()
 
 
 def _short(device):
@@ -322,7 +336,8 @@ def auto_mtf_peak(graph):
 
 
 # (name, MeasureConfig kwargs): every variant, 4-16 heads, length 16-64,
-# 1-4 devices, the split strategies, Adafactor and Adam.
+# 1-4 devices, the split strategies, the recomputed core, Adafactor and
+# Adam.
 CONFIGS = (
     ("mh_h4_n32_1", dict(variant="multi_head", heads=4, length=32,
                          mesh_shape="batch:1")),
@@ -354,12 +369,17 @@ CONFIGS = (
                                  strategy="query_split")),
     ("mh_h16_n64_m2_adam", dict(variant="multi_head", heads=16, length=64,
                                 mesh_shape="model:2", optimizer="adam")),
+    ("th_h8_n64_m2", dict(variant="talking_heads", heads=8, length=64,
+                          mesh_shape="model:2")),
+    ("th_h8_n64_m2_recompute", dict(variant="talking_heads", heads=8,
+                                    length=64, mesh_shape="model:2",
+                                    recompute=True)),
 )
 BASE = dict(d_k=16, num_layers=2, d_model=32, d_ff=64, vocab=128, batch=8)
 
 
-def compare(names=None):
-  """[(name, measured bytes, predicted bytes, auto_mtf bytes)]."""
+def compare(names=None, auto_mtf=True):
+  """[(name, measured bytes, predicted bytes, auto_mtf bytes or None)]."""
   from mtf_talking_heads import memory  # pylint: disable=g-import-not-at-top
   out = []
   for name, kw in CONFIGS:
@@ -369,11 +389,12 @@ def compare(names=None):
     graph = StepGraph(config)
     try:
       measured = measure(config, graph)["peak_bytes"]
-      estimated = auto_mtf_peak(graph)
+      estimated = auto_mtf_peak(graph) if auto_mtf else None
     finally:
       graph.close()
     predicted = memory.predict(attention_model(config),
                                config.mesh_shape, "mtf_th_float32",
-                               strategy=config.strategy)["total"]
+                               strategy=config.strategy,
+                               recompute=config.recompute)["total"]
     out.append((name, measured, predicted, estimated))
   return out

@@ -11,7 +11,11 @@ For N devices, plan() enumerates
     (STRATEGIES: heads_parallel, batch_split_gathered, batch_split,
     batch_query_split, query_split, query_split_allgather: Auto's
     candidates, with their own conditions on batch and length; grouped
-    talking heads and general bilinear run heads-parallel).
+    talking heads and general bilinear run heads-parallel);
+  * heads-parallel with the attention core recomputed in the backward pass
+    (recompute.RecomputeCore: mtf.recompute_grad around the core; not with
+    attention dropout, not around the split strategies' cores, whose
+    custom gradients mtf cannot recompute).
 
 Each candidate's memory per device is memory.predict's; it fits if that is
 at most (1 - margin) of the device's memory (memory.DEVICE_MEMORY).  Its
@@ -164,8 +168,7 @@ def gin_bindings(model, mesh_shape, strategy, recompute):
   inner = "@mtf_th.%s()" % _STRATEGY_CLASSES[strategy]
   if strategy == "query_split_allgather":
     out.append("mtf_th.QuerySplit.reduce_scatter = False")
-  if recompute:
-    out.append("mtf_th.RecomputeCore.strategy = %s" % inner)
+  if recompute:  # its default inner strategy: HeadsParallel(ordered=False)
     inner = "@mtf_th.RecomputeCore()"
   names = []
   for placement, att, _, _ in _attentions(model):
@@ -186,7 +189,7 @@ def mesh_shapes(devices):
 
 
 def plan(model, hardware, devices, impl=None, margin=DEFAULT_MARGIN,
-         dropout=False, recompute_options=(False,)):
+         dropout=False, recompute_options=(False, True)):
   """Every candidate, those that fit first, each group by step time.
 
   Args:
@@ -233,6 +236,8 @@ def plan(model, hardware, devices, impl=None, margin=DEFAULT_MARGIN,
           for _, att, _, _ in _attentions(model)):
         continue
       for recompute in recompute_options:
+        if recompute and (strategy != "heads_parallel" or dropout):
+          continue  # recompute.RecomputeCore: heads-parallel, no dropout
         mem = memory.predict(model, shape, impl, strategy, recompute,
                              dropout, rules)
         extra, network = _adjust(model, hw, impl, b, p, mesh["batch"],

@@ -3,8 +3,10 @@
   mtf_th plan --gin_file experiments/t5_heads/07_talking_heads_24_32.gin \\
       --hardware tpu_v3 --devices 8
 
-Enumerates the mesh shapes batch:B,model:P of --devices devices and the
-sharding strategies that apply to each (planner.py), predicts the memory of
+Enumerates the mesh shapes batch:B,model:P of --devices devices, the
+sharding strategies that apply to each and the heads-parallel core
+recomputed in the backward pass ("+recompute", recompute.py) (planner.py),
+predicts the memory of
 one training step per device (memory.py) and its step time (perf.py), drops
 what does not fit in the device's memory with --margin left free (default
 10%), and prints the rest fastest first: mesh_shape, strategy, memory_gib
@@ -94,10 +96,15 @@ def _gib(x):
   return "%.2f" % (x / 2.0 ** 30)
 
 
+def _strategy(c):
+  """The strategy cell: "heads_parallel+recompute" for a recomputed core."""
+  return c.strategy + ("+recompute" if c.recompute else "")
+
+
 def _row(c, fmt):
   m = c.memory
   gin = "; ".join(c.gin)
-  return [c.mesh_shape, c.strategy, "yes" if c.fits else "no",
+  return [c.mesh_shape, _strategy(c), "yes" if c.fits else "no",
           _gib(m["total"]),
           _gib(m["weights"] + m["gradients"] + m["optimizer"]),
           _gib(m["activations"]), _gib(m["core"]), _gib(m["temporaries"]),
@@ -144,7 +151,7 @@ def _run(args):
         "nothing fits: the smallest is %s GiB per device (%s, %s) against "
         "%s GiB usable of %s GiB on %s (%d%% margin), batch %d on %d "
         "devices; it would fit with %s" % (
-            _gib(best.memory["total"]), best.mesh_shape, best.strategy,
+            _gib(best.memory["total"]), best.mesh_shape, _strategy(best),
             _gib(usable), _gib(memory.device_memory(args.hardware,
                                                     args.devices)),
             args.hardware, round(100 * args.margin), model.batch,
@@ -184,14 +191,15 @@ def _paper_table(args, mesh):
     if args.batch:
       model = model._replace(batch=args.batch)
     candidates = _candidates(model, args, mesh)
-    data = [c for c in candidates if c.mesh_shape.endswith(",model:1")]
+    data = [c for c in candidates if c.mesh_shape.endswith(",model:1")
+            and not c.recompute]
     fitting = [c for c in candidates if c.fits]
     best = fitting[0] if fitting else None
     rows.append([name, label, "%g" % (model.batch / args.devices),
                  _gib(data[0].memory["total"]) if data else "",
                  ("yes" if data[0].fits else "no") if data else "",
                  best.mesh_shape if best else "none fits",
-                 best.strategy if best else "",
+                 _strategy(best) if best else "",
                  _gib(best.memory["total"]) if best else "",
                  "%.4f" % best.step_s if best else ""])
   return commands.format_table(PAPER_COLUMNS, rows, args.format,
