@@ -40,7 +40,7 @@ def smallest(gin_files, gin_params, hardware):
   totals = []
   for strategy in planner.STRATEGIES:
     if all(planner.applies(strategy, att, b, n, p)
-           for _, att, n, _ in planner._attentions(model)):  # pylint: disable=protected-access
+           for _, att, n, _ in planner.attentions(model)):
       try:
         totals.append(memory.predict(model, mesh_shape, impl, strategy,
                                      dropout=dropout, layout=layout)["total"])

@@ -61,7 +61,7 @@ Candidate = collections.namedtuple("Candidate", [
     "fits", "gin"])
 
 
-def _attentions(model):
+def attentions(model):
   """[(placement, Attention, n, m)] of every attention placement."""
   return [(placement, getattr(model, placement), n, m)
           for _, n, placements in memory.stacks(model)
@@ -73,7 +73,7 @@ def layout(model, model_axis):
   rules = ["batch:batch"]
   if model_axis > 1:
     heads = []
-    for _, att, _, _ in _attentions(model):
+    for _, att, _, _ in attentions(model):
       heads += [r for r in _HEADS_RULES[att.variant] if r not in heads]
     if "heads" in heads and {"heads_k", "heads_v"} & set(heads):
       heads.remove("heads")  # P_l[heads_k, heads] may not put both on model
@@ -137,7 +137,7 @@ def _adjust(model, hw, impl, b, p, batch_axis, strategy, recompute):
   """(seconds added to perf's step, of which network) by the strategy."""
   eff = hw.efficiency
   network = compute = 0.0
-  for placement, att, n, m in _attentions(model):
+  for placement, att, n, m in attentions(model):
     s = strategy if applies(strategy, att, b, n, p) else "heads_parallel"
     ring = (ring_elements(s, att, model.d_model, n, m, b, p, batch_axis) -
             ring_elements("heads_parallel", att, model.d_model, n, m, b, p))
@@ -171,7 +171,7 @@ def gin_bindings(model, mesh_shape, strategy, recompute):
   if recompute:  # its default inner strategy: HeadsParallel(ordered=False)
     inner = "@mtf_th.RecomputeCore()"
   names = []
-  for placement, att, _, _ in _attentions(model):
+  for placement, att, _, _ in attentions(model):
     prefix = "DynamicProjections" if att.dynamic else _CLASSES[att.variant]
     name = prefix + ("EncoderAttention" if placement == "encdec"
                      else "Attention")
@@ -228,12 +228,12 @@ def plan(model, hardware, devices, impl=None, margin=DEFAULT_MARGIN,
     rules = layout(model, p)
     for strategy in STRATEGIES:
       if not all(applies(strategy, att, b, n, p)
-                 for _, att, n, _ in _attentions(model)
+                 for _, att, n, _ in attentions(model)
                  if att.variant not in _SPLIT_ONLY_HEADS):
         continue
       if strategy != "heads_parallel" and all(
           att.variant in _SPLIT_ONLY_HEADS
-          for _, att, _, _ in _attentions(model)):
+          for _, att, _, _ in attentions(model)):
         continue
       for recompute in recompute_options:
         if recompute and (strategy != "heads_parallel" or dropout):

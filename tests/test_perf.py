@@ -394,8 +394,8 @@ def test_cli_compare_paper(capsys):
 
 @pytest.mark.parametrize("argv,pattern", [
     (["--paper_table", "t5_heads", "--hardware", "h100"],
-     "--hardware 'h100' is unknown; choose one of: tpu_v2, tpu_v3, tpu_v4, tpu_v5e, "
-     "cpu"),
+     "--hardware 'h100' is unknown; choose one of: tpu_v2, tpu_v3, tpu_v4, "
+     "tpu_v5e, cpu"),
     (["--hardware", "tpu_v3"], "give --gin_file FILE"),
     (["--gin_file", "models/t5_base.gin", "--compare_paper"],
      "--compare_paper needs --paper_table"),
