@@ -38,11 +38,13 @@ description (perf.Model, perf.Attention, perf.Implementation) it reads:
 * Temporaries: the backward pass starts from the logits' gradient (two
   more b n vocab tensors: the log-sum-exp and its gradient), then walks the
   layers down, each holding the gradients of its n x m x heads tensors
-  (two of its largest one at a time) on top of what is still kept.
+  (two of its largest one at a time) on top of what is still kept; with
+  the core recomputed (recompute.RecomputeCore), also the core tensors of
+  the one layer being recomputed.
 * The layout: on a mesh `batch:B,model:P` each device holds batch / B
-  examples; the model axis splits what perf.device_ops splits: heads_k and
-  heads_v dims, d_ff, vocab (heads-parallel).  The variants that mix heads
-  keep W (and L) whole on every device.  The split strategies of
+  examples; the model axis splits what the layout puts on it (`layout`,
+  split_roles; by default perf.py's: heads_k and heads_v, d_ff, vocab).
+  Heads-parallel talking heads keeps W whole on every device.  The split strategies of
   sharding.py (STRATEGY_CORES) cut every n x m x heads tensor P ways (and
   the query splits keep K and V gathered whole);
   `recompute` keeps no n x m x heads tensor (the core is recomputed in the
