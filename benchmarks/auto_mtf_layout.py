@@ -1,4 +1,4 @@
-"""auto_mtf.layout_and_mesh_shape's choice vs mtf_th plan's, on small LMs.
+"""auto_mtf.layout_and_mesh_shape's choice vs mtf_th plan's, on LMs.
 
   PYTHONPATH=$PWD <a venv with ortools> benchmarks/auto_mtf_layout.py [NAME ...]
 
@@ -53,7 +53,9 @@ def main():
           "planner: %s %s, %d bytes/device, %.4f s" % (
               name, mtf.convert_to_shape(mesh), ";".join(
                   "%s:%s" % p for p in sorted(layout._pairs)),  # pylint: disable=protected-access
-              value, best.mesh_shape, best.strategy, best.memory["total"],
+              value, best.mesh_shape,
+              best.strategy + ("+recompute" if best.recompute else ""),
+              best.memory["total"],
               best.step_s))
     graph.close()
   return 0

@@ -40,7 +40,7 @@ description (perf.Model, perf.Attention, perf.Implementation) it reads:
   layers down, each holding the gradients of its n x m x heads tensors
   (two of its largest one at a time) on top of what is still kept; with
   the core recomputed (recompute.RecomputeCore), also the core tensors of
-  the one layer being recomputed.
+  the one layer being recomputed (what it would keep, and L).
 * The layout: on a mesh `batch:B,model:P` each device holds batch / B
   examples; the model axis splits what the layout puts on it (`layout`,
   split_roles; by default perf.py's: heads_k and heads_v, d_ff, vocab).
@@ -394,10 +394,10 @@ def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
       layer_core += c_bytes
       one = _largest_core(att, b, n, m, p, STRATEGY_CORES[s], roles)
       largest = max(largest, one * impl.core_bytes)
-      if recompute:  # what the layer's recomputed core holds again
+      if recompute:  # the layer's recomputed core: J, W, U and L again
         recomputed = max(recomputed, attention_kept(
             att, model.d_model, n, m, b, p, impl, s, False, dropout,
-            roles)[1])
+            roles)[1] + one * impl.core_bytes)
     layer_kept += (3 * x + 2 * b * n * model.d_ff / p) * e  # FFN sublayer
     kept += layer_kept * model.num_layers + 4 * x * e  # + embed, final norm
     core += layer_core * model.num_layers

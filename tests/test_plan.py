@@ -72,13 +72,13 @@ def test_split_strategy_rows_and_bindings():
 
 def test_nothing_fits_one_line_and_status_1(capsys):
   # the paper's batch 128 on a v2-8: 16 sequences per 8 GiB core; even
-  # with the core recomputed talking heads 48 x 16 needs 8.78 GiB
+  # with the core recomputed talking heads 48 x 16 needs 9.53 GiB
   status, out, err = _cli(["--gin_file", TH48, "--hardware", "tpu_v2",
                            "--devices", "8"], capsys)
   assert status == 1 and not out
   assert err.count("\n") == 1, err
   assert err == (
-      "mtf_th plan: nothing fits: the smallest is 8.78 GiB per device "
+      "mtf_th plan: nothing fits: the smallest is 9.53 GiB per device "
       "(batch:8,model:1, heads_parallel+recompute) against 7.20 GiB usable "
       "of 8.00 GiB on tpu_v2 (10% margin), batch 128 on 8 devices; it "
       "would fit with --batch 64 (8 per device) or --devices 16 (a larger "
