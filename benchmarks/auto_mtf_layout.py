@@ -12,6 +12,7 @@ planner's first candidate on tpu_v3 (the fastest that fits) with its
 memory.py prediction and step time.  auto_mtf optimises memory only; it
 has no step time to compare.
 """
+import argparse
 import sys
 
 from mtf_talking_heads import compat
@@ -28,13 +29,16 @@ CONFIGS = (
 )
 
 
-def main():
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("names", nargs="*", metavar="NAME",
+                      help="only these CONFIGS (default: all)")
+  names = parser.parse_args(argv).names
   compat.split_cpu(4)
   import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
   from mesh_tensorflow import auto_mtf  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
-  names = sys.argv[1:]
   for name, devices, kw in CONFIGS:
     if names and name not in names:
       continue

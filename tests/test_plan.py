@@ -88,7 +88,7 @@ def test_nothing_fits_one_line_and_status_1(capsys):
 def test_recompute_rows_trade_memory_for_time():
   model = perf.model_from_gin([TH24])
   cands = {(c.mesh_shape, c.recompute): c
-           for c in planner.plan(model, "tpu_v2", 8)
+           for c in planner.plan(model, "tpu_v3", 8)
            if c.strategy == "heads_parallel"}
   plain, again = cands[("batch:8,model:1", False)], cands[("batch:8,model:1",
                                                             True)]
