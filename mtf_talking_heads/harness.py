@@ -11,7 +11,6 @@ Example:
                         mesh_shape="model:4", layout="heads:model")
   out = run.fetch(["loss", "logits"] + run.grad_names)
 """
-import os
 
 import gin
 import mesh_tensorflow as mtf
@@ -20,16 +19,13 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import compat
-
-DEFAULTS_GIN = os.path.join(os.path.dirname(transformer.__file__), "gin",
-                            "defaults.gin")
-
+from mtf_talking_heads import models
 
 def parse_mtf_defaults():
   """Parses mtf's defaults.gin once (LayerStack sublayers etc.), no dropout."""
   if not getattr(parse_mtf_defaults, "done", False):
     with gin.unlock_config():
-      gin.parse_config_file(DEFAULTS_GIN)
+      gin.parse_config_file(models.MTF_DEFAULTS_GIN)
       gin.parse_config("dropout_rate = 0.0")
     parse_mtf_defaults.done = True
 
@@ -60,9 +56,7 @@ class Harness(object):
                mesh_shape="", layout="", autoregressive=True,
                activation_dtype=tf.float32, master_dtype=tf.float32,
                seed=1234, optimizer_step=False, learning_rate=0.1,
-               inputs=None, name="decoder", extra_layout_dims=(), run=True,
-               mesh_impl_cls=None):
-    del extra_layout_dims
+               inputs=None, name="decoder", run=True, mesh_impl_cls=None):
     parse_mtf_defaults()
     # one LayoutRules for the model and the mesh implementation, as t5's
     # utils.run does (sharding.Auto may add its rule while the model builds)

@@ -168,6 +168,20 @@ def _make_sweep(args, sweep):
                      finetune=_finetune_options(args))
 
 
+def _check_layout_axes(job):
+  """The layout's mesh axes against the mesh, before TensorFlow is loaded
+  (the pre-flight checks its dims against the model's)."""
+  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import spec  # pylint: disable=g-import-not-at-top
+  for row in job.rows:
+    config = gin_text.GinConfig(job.row_files(row), job.row_params(row, 1))
+    layout, mesh = config.get("layout"), config.get("mesh_shape")
+    if isinstance(layout, str) and isinstance(mesh, str):
+      spec.check_layout_axes(
+          layout, [name for name, _ in spec.parse_mesh_shape(mesh)],
+          what="row %s: layout %r:" % (row.name, layout))
+
+
 def _finetune_options(args):
   """Finetune's options from the flags, None without --finetune."""
   flags = {"--finetune_steps": args.finetune_steps,
@@ -248,6 +262,7 @@ def main(argv=None):
     return 0
   try:
     job = _make_sweep(args, sweep)
+    _check_layout_axes(job)
   except (commands.UsageError, ValueError) as e:
     print("%s: error: %s" % (PROG, e), file=sys.stderr)
     return 2

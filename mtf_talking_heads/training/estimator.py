@@ -5,7 +5,6 @@ eval or decode), the estimator's configuration (seed, every logical CPU
 device, resource variables), the no-retry policy for failing ops, and the
 --model_dir check.
 """
-import contextlib
 
 import gin
 from mesh_tensorflow.transformer import utils as mtf_utils
@@ -20,51 +19,9 @@ from mtf_talking_heads.training import errors
 EVAL_SEED = 4321
 
 
-def configure_estimator(estimator, seed):
-  """Seeds the graph, shows every logical CPU device to the session and
-  makes new variables resource variables.
-
-  Resource variables matter for reproducibility: with TF1 ref variables (what
-  tf.disable_v2_behavior() selects) a read aliases the variable's buffer, so
-  a gradient op that runs after the optimizer's assign to the same weight
-  (nothing orders them) sees the updated value: two runs with the same seed
-  and data then differ from the second step on.  A resource read is a copy.
-  """
-  tf.enable_resource_variables()
-  config = estimator._config  # pylint: disable=protected-access
-  changes = {"tf_random_seed": seed}
-  if not config.master and compat._LOGICAL_CPUS:  # pylint: disable=protected-access
-    changes["session_config"] = compat.estimator_session_config(
-        len(compat._LOGICAL_CPUS),  # pylint: disable=protected-access
-        base=config.session_config)
-  config = config.replace(**changes)
-  estimator._config = config  # pylint: disable=protected-access
-  estimator._session_config = config.session_config  # pylint: disable=protected-access
-
-
-@contextlib.contextmanager
-def no_session_recovery(tpu):
-  """TF's MonitoredSession retries AbortedError/UnavailableError forever.
-
-  It treats both as a preemption and rebuilds the session (rewriting the
-  graph to the events file) in an endless loop, e.g. on a oneDNN kernel's
-  AbortedError; and TPUEstimator (which utils.run uses on CPU too) drops
-  both when they reach it, so a run stopped by one would end as if it had
-  succeeded.  On CPU nothing can be preempted, so no error is retried or
-  dropped; on a TPU only UnavailableError (a lost worker) is.
-  """
-  from tensorflow.python.training import monitored_session  # pylint: disable=g-import-not-at-top
-  from tensorflow_estimator.python.estimator.tpu import error_handling  # pylint: disable=g-import-not-at-top
-  saved = (monitored_session._PREEMPTION_ERRORS,  # pylint: disable=protected-access
-           error_handling._IGNORED_ERRORS)  # pylint: disable=protected-access
-  recoverable = (tf.errors.UnavailableError,) if tpu else ()
-  monitored_session._PREEMPTION_ERRORS = recoverable  # pylint: disable=protected-access
-  error_handling._IGNORED_ERRORS = recoverable  # pylint: disable=protected-access
-  try:
-    yield
-  finally:
-    (monitored_session._PREEMPTION_ERRORS,  # pylint: disable=protected-access
-     error_handling._IGNORED_ERRORS) = saved  # pylint: disable=protected-access
+# TensorFlow's estimator and session internals are mended in compat.py.
+configure_estimator = compat.configure_estimator
+no_session_recovery = compat.no_session_recovery
 
 
 def check_model_dir(model_dir):
