@@ -130,23 +130,15 @@ def _dim_names(att):
     return ("groups",) * len(ROLES)
   dims = prices.named_dims(att)
   return (dims.heads_k.name, dims.heads.name, dims.heads_v.name)
-# The param tensors of costs.attention_terms: the heads role of each dim
-# index that has one (P_q[d_model, d_k, h_k]: index 2 is heads_k).
-_WEIGHT_ROLES = {
-    "P_q": {2: "heads_k"}, "P_k": {2: "heads_k"}, "P_v": {2: "heads_v"},
-    "P_o": {2: "heads_v"}, "P_l": {0: "heads_k", 1: "heads"},
-    "P_w": {0: "heads", 1: "heads_v"}, "P_Xl": {1: "heads_k", 2: "heads"},
-    "P_Ml": {1: "heads_k", 2: "heads"}, "P_Xw": {1: "heads", 2: "heads_v"},
-    "P_Mw": {1: "heads", 2: "heads_v"}, "P": {2: "heads"},
-    "Q": {2: "heads"}}
+def _split_index(name, dims, roles, grouped):
+  """The index of the dim of weight `name` the model axis splits, or None.
 
-
-def _split_index(name, shape, roles, grouped):
-  """The index of the dim of weight `name` the model axis splits, or None."""
+  dims: the weight's dim names (costs.attention_terms' "param_dims").
+  """
   if grouped and roles:
-    return 0 if name in ("P_l", "P_w") else len(shape) - 1
-  for index, role in sorted(_WEIGHT_ROLES.get(name, {}).items()):
-    if role in roles:
+    return 0 if name in ("P_l", "P_w") else len(dims) - 1
+  for index, dim in enumerate(dims):
+    if dim in roles:
       return index
   return None
 
@@ -206,8 +198,10 @@ def weight_shapes(model, layout=None):
     for placement, _ in placements:
       att = getattr(model, placement)
       roles = split_roles(att, layout)
-      for name, shape in _terms(att, d)["params"].items():
-        split = _split_index(name, shape, roles, bool(att.groups))
+      terms = _terms(att, d)
+      for name, shape in terms["params"].items():
+        split = _split_index(name, terms["param_dims"][name], roles,
+                             bool(att.groups))
         layer.append(("%s/%s/%s" % (stack, placement, name), shape, split))
       layer.append(("%s/%s/norm" % (stack, placement), (d,), None))
     layer += [("%s/ffn/wi" % stack, (d, model.d_ff), 1),
