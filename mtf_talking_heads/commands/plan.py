@@ -22,6 +22,7 @@ TensorFlow is never imported.
 import sys
 
 from mtf_talking_heads import commands
+from mtf_talking_heads import spec as spec_lib
 
 PROG = "mtf_th plan"
 COLUMNS = ("mesh_shape", "strategy", "fits", "memory_gib", "state_gib",
@@ -75,10 +76,8 @@ def _build_parser(hardware_names):
 
 def _check(args):
   for name in ("devices", "batch", "vocab"):
-    value = getattr(args, name)
-    if value is not None and value <= 0:
-      raise commands.UsageError("--%s must be a positive integer, got %d"
-                                % (name, value))
+    if getattr(args, name) is not None:
+      spec_lib.positive_int("--" + name, getattr(args, name))
   if not 0 <= args.margin < 1:
     raise commands.UsageError("--margin must be in [0, 1), got %r"
                               % args.margin)
