@@ -64,6 +64,7 @@ float32 on one CPU):
   786432
 """
 import collections
+import math
 
 from mtf_talking_heads import costs
 from mtf_talking_heads import perf
@@ -141,13 +142,6 @@ def _split_index(name, dims, roles, grouped):
     if dim in roles:
       return index
   return None
-
-
-def _product(xs):
-  out = 1
-  for x in xs:
-    out *= x
-  return out
 
 
 def stacks(model):
@@ -236,12 +230,12 @@ def state_elements(model, model_axis=1, layout=None):
   weights = slots = largest = 0.0
   for _, shape, split in weight_shapes(model, layout):
     index = None if split is None else split % len(shape)
-    size = _product(shape)
+    size = math.prod(shape)
     size = size / model_axis if index is not None else size
     weights += size
     largest = max(largest, size)
     for slot_shape, kept in _slot_shapes(shape, model.optimizer):
-      n = _product(slot_shape)
+      n = math.prod(slot_shape)
       slots += n / model_axis if index in kept else n
   return weights, slots, largest
 
