@@ -36,12 +36,7 @@ def _build_parser(hardware_names):
       description="Predicted memory per device and step time of every mesh "
       "shape and sharding strategy of a model on --devices devices; the "
       "ones that fit, fastest first.  See docs/costs.md.")
-  parser.add_argument("--gin_file", action="append", default=[],
-                      metavar="FILE", help="a gin file of the model (under "
-                      "gin/ or a path; repeatable, read in order)")
-  parser.add_argument("--gin_param", action="append", default=[],
-                      metavar="BINDING", help="a gin binding applied after "
-                      "the files")
+  commands.add_gin_arguments(parser)
   parser.add_argument("--hardware", required=True, metavar="NAME",
                       choices=hardware_names,
                       help="one of %s" % ", ".join(hardware_names))
