@@ -11,7 +11,9 @@ import gin
 from mesh_tensorflow.transformer import utils as mtf_utils
 import tensorflow.compat.v1 as tf
 
+from mtf_talking_heads import cluster as cluster_lib
 from mtf_talking_heads import compat
+from mtf_talking_heads.training import cluster as training_cluster
 from mtf_talking_heads.training import devices
 from mtf_talking_heads.training import errors
 
@@ -38,6 +40,8 @@ def configure_estimator(estimator, seed):
         len(compat._LOGICAL_CPUS),  # pylint: disable=protected-access
         base=config.session_config)
   config = config.replace(**changes)
+  if cluster_lib.active() is not None:  # --cluster: task 0, isolated state
+    config = training_cluster.configure_run_config(config)
   estimator._config = config  # pylint: disable=protected-access
   estimator._session_config = config.session_config  # pylint: disable=protected-access
 
@@ -83,6 +87,7 @@ def run(model_dir, tpu, tpu_zone, gcp_project, fn, settings):
   would from the same gin and passes it to its train_model_fn.
   """
   mesh_devices = None if tpu else devices.mesh_devices(settings.mesh_shape)
+  training_cluster.preflight(model_dir, training_cluster.data_paths())
   kwargs = {} if fn is None else {"train_model_fn": fn}
   with gin.unlock_config(), no_session_recovery(tpu):
     mtf_utils.run(tpu_job_name=None, tpu=tpu, gcp_project=gcp_project,

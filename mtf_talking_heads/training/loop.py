@@ -16,6 +16,7 @@ from mtf_talking_heads import models
 from mtf_talking_heads import progress
 from mtf_talking_heads.training import checkpoints
 from mtf_talking_heads.training import checks
+from mtf_talking_heads.training import cluster as training_cluster
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import estimator as estimator_lib
 from mtf_talking_heads.training import hooks as hooks_lib
@@ -100,7 +101,7 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
       model_dir, list(keep_checkpoint_steps or ()) + [start])
   events_before = _events_files(model_dir)
   try:
-    with estimator_lib.no_session_recovery(bool(estimator.config.master)), \
+    with estimator_lib.no_session_recovery(is_tpu(estimator)), \
         checkpoints.checkpoint_policy(model_dir, keeper, write_graph):
       estimator.train(input_fn=input_fn, max_steps=train_steps,
                       hooks=[hooks_lib.OrderReadsBeforeWritesHook(), hook] +
@@ -117,12 +118,19 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
           "(%s). Use the gin files it was trained with (see its "
           "operative_config.gin) or a new --model_dir."
           % (model_dir, start, str(e).splitlines()[0])) from None
-    raise errors.TrainingError(
-        _op_error_message(e, model_dir, hook.last_step)) from None
+    raise (training_cluster.lost_task_error(
+        e, model_dir, checkpoints.latest_step(model_dir)) or
+           errors.TrainingError(
+               _op_error_message(e, model_dir, hook.last_step))) from None
   except KeyboardInterrupt:
     _discard_failed_attempt(model_dir, start, events_before)
     raise errors.Interrupted(
         model_dir, checkpoints.latest_step(model_dir)) from None
+
+
+def is_tpu(estimator):
+  """A TPU run (its lost workers are preemptions); not a --cluster master."""
+  return bool(estimator.config.master) and not training_cluster.active()
 
 
 def train(model_dir, gin_files=(), gin_params=(), train_steps=None, tpu=None,
