@@ -13,10 +13,11 @@ model dimension's two slots of each batch row are one task's two devices,
 and only the batch all-reduce crosses tasks.  Which slot lands on which task
 is part of what a layout means (which collectives cross the network).
 
-Shared-storage rule: the client and task 0 both read model_dir (the saver
-runs on task 0, the client reads checkpoints to resume) and the client's
-input pipeline runs on task 0, so model_dir and every data path must be the
-same path on the client and on task 0's host (a shared file system, or GCS).
+Shared-storage rule: model_dir must be the same readable and writable path
+on the client and on every task's host (the client writes logs and reads
+checkpoints; the sharded saver writes each task's variables from that task),
+and every data path the same readable path on the client and task 0 (the
+input pipeline runs on task 0): a shared file system, or GCS.
 
 This module imports only the standard library: `--cluster` is parsed and
 every task is probed before TensorFlow is imported.
@@ -181,7 +182,7 @@ class Cluster(object):
     again = "resume" if model_dir else "rerun"
     resume = (" and %s with: %s" % (again, self.command)
               if self.command else "")
-    return ("lost %s of the cluster (%s); not retried. %srestart the "
+    return ("lost %s of the cluster (%s); not retried; %srestart the "
             "server%s%s" % (which, cause, saved, "s" if len(down) != 1 else "",
                             resume))
 

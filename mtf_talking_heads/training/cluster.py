@@ -6,20 +6,33 @@ configuration (target task 0, isolated session state, deadlines), the
 pre-flight that asks the servers (devices, shared storage), the exact
 mesh-size check, and the one-line message for a task lost mid-run.
 """
+import contextlib
 import os
 import uuid
 
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import cluster as cluster_lib
+from mtf_talking_heads import compat
 from mtf_talking_heads.training import errors
 
 # A deadline for the pre-flight's calls to the servers.
 PREFLIGHT_TIMEOUT_MS = 20000
 
+# How long closing a session may wait for the servers (see
+# compat.bounded_session_close): a lost task makes it wait forever.
+CLOSE_TIMEOUT_SECS = 10.0
+
 # Errors of a lost or unreachable task.
 LOST_TASK_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
                     tf.errors.CancelledError, tf.errors.DeadlineExceededError)
+
+
+def bounded_session_close():
+  """compat.bounded_session_close on a cluster; nothing otherwise."""
+  if active() is None:
+    return contextlib.nullcontext()
+  return compat.bounded_session_close(CLOSE_TIMEOUT_SECS)
 
 
 def active():
@@ -94,20 +107,21 @@ def _device_type(active, names):
   return "CPU"
 
 
-def _storage_error(what, path, active):
+def _storage_error(what, path, active, task):
   return errors.ConfigError(
-      "%s %s is not readable by task 0 (%s) at the same path: the client and "
-      "task 0 must see model_dir and the data at the same paths (a shared "
-      "file system or GCS; see docs/cluster.md, shared storage)"
-      % (what, path, active.addresses[0]))
+      "%s %s is not readable by task %d (%s) at the same path: the client "
+      "and every task must see model_dir (each task saves its shard of the "
+      "checkpoints), and task 0 the data, at the same paths (a shared file "
+      "system or GCS; see docs/cluster.md, shared storage)"
+      % (what, path, task, active.addresses[task]))
 
 
 def preflight(model_dir, data_paths=()):
   """Asks the servers, before the graph: devices, then shared storage.
 
   Sets the active cluster's device_type ("GPU" when every task has K
-  GPUs).  Writes a probe file into model_dir and reads it back on task 0,
-  and lists every data path on task 0.
+  GPUs).  Writes a probe file into model_dir and reads it back on every
+  task, and lists every data path on task 0 (the input pipeline's host).
 
   Args:
     model_dir: the run's model directory (must exist).
@@ -135,18 +149,22 @@ def preflight(model_dir, data_paths=()):
             "cluster (%s)" % (active.addresses[0],
                               str(e).strip().splitlines()[0]))
       active.device_type = _device_type(active, names)
+      reads = []
+      for task in range(active.num_tasks):
+        with tf.device(cluster_lib.device_name(task, 0, "CPU")):
+          reads.append(tf.io.read_file(probe))
       with tf.device(cluster_lib.device_name(0, 0, "CPU")):
-        read = tf.io.read_file(probe)
         listed = [tf.io.matching_files(p) for p in data_paths]
-      try:
-        got = session.run(read)
-      except tf.errors.OpError:
-        raise _storage_error("model_dir", model_dir, active) from None
-      if got.decode() != token:
-        raise _storage_error("model_dir", model_dir, active)
+      for task, read in enumerate(reads):
+        try:
+          got = session.run(read)
+        except tf.errors.OpError:
+          got = b""
+        if got.decode() != token:
+          raise _storage_error("model_dir", model_dir, active, task)
       for path, files in zip(data_paths, listed):
         if not len(session.run(files)):
-          raise _storage_error("data file", path, active)
+          raise _storage_error("data file", path, active, 0)
   finally:
     tf.io.gfile.remove(probe)
 

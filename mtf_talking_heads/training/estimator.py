@@ -89,7 +89,8 @@ def run(model_dir, tpu, tpu_zone, gcp_project, fn, settings):
   mesh_devices = None if tpu else devices.mesh_devices(settings.mesh_shape)
   training_cluster.preflight(model_dir, training_cluster.data_paths())
   kwargs = {} if fn is None else {"train_model_fn": fn}
-  with gin.unlock_config(), no_session_recovery(tpu):
+  with gin.unlock_config(), no_session_recovery(tpu), \
+      training_cluster.bounded_session_close():
     mtf_utils.run(tpu_job_name=None, tpu=tpu, gcp_project=gcp_project,
                   tpu_zone=tpu_zone, model_dir=model_dir,
                   mesh_devices=mesh_devices, mode="train",
