@@ -215,3 +215,100 @@ def from_args(args, prog, argv):
     return None
   return Cluster(parse_addresses(args.cluster), args.devices_per_task or 1,
                  command=command_line(prog, argv))
+
+
+def free_ports(n, host="localhost"):
+  """n TCP ports that were free a moment ago (for local servers)."""
+  sockets = []
+  try:
+    for _ in range(n):
+      s = socket.socket()
+      s.bind((host, 0))
+      sockets.append(s)
+    return [s.getsockname()[1] for s in sockets]
+  finally:
+    for s in sockets:
+      s.close()
+
+
+class LocalServers(object):
+  """`mtf_th server` processes on this host (tests, benchmarks, launch).
+
+  Example:
+    with LocalServers(2, devices_per_task=2) as servers:
+      ... --cluster servers.spec ...
+
+  Attributes:
+    addresses: ["localhost:port", ...]; spec: the --cluster value;
+    processes: the subprocess.Popen objects, task i at index i.
+  """
+
+  def __init__(self, num_tasks, devices_per_task=1, mtf_th=None, env=None,
+               start_timeout_secs=300):
+    import os  # pylint: disable=g-import-not-at-top
+    import sys  # pylint: disable=g-import-not-at-top
+    self.addresses = ["localhost:%d" % p for p in free_ports(num_tasks)]
+    self.spec = ",".join(self.addresses)
+    self.devices_per_task = devices_per_task
+    self.mtf_th = mtf_th or [sys.executable, "-m", "mtf_talking_heads.cli"]
+    self.env = dict(os.environ if env is None else env)
+    self.processes = [None] * num_tasks
+    self.start_timeout_secs = start_timeout_secs
+    for task in range(num_tasks):
+      self.start(task, wait=False)
+    for task in range(num_tasks):
+      self.wait(task)
+
+  def start(self, task, wait=True):
+    """Starts (or restarts) task `task`'s server."""
+    import subprocess  # pylint: disable=g-import-not-at-top
+    import tempfile  # pylint: disable=g-import-not-at-top
+    self.logs = getattr(self, "logs", {})
+    self.logs[task] = tempfile.TemporaryFile(mode="w+")
+    self.processes[task] = subprocess.Popen(
+        list(self.mtf_th) + ["server", "--cluster", self.spec, "--task",
+                             str(task), "--devices_per_task",
+                             str(self.devices_per_task)],
+        stdout=subprocess.PIPE, stderr=self.logs[task], text=True,
+        env=self.env)
+    if wait:
+      self.wait(task)
+
+  def wait(self, task):
+    """Blocks until task `task` prints its listening line."""
+    process = self.processes[task]
+    deadline = time.time() + self.start_timeout_secs
+    line = ""
+    while "listening" not in line:
+      if process.poll() is not None or time.time() > deadline:
+        self.stop()
+        self.logs[task].seek(0)
+        raise RuntimeError("server task %d did not start: %s"
+                           % (task, self.logs[task].read()[-2000:]))
+      line = process.stdout.readline()
+
+  def kill(self, task):
+    """SIGKILLs task `task` (a lost worker) and reaps it."""
+    process = self.processes[task]
+    if process is not None and process.poll() is None:
+      process.kill()
+      process.wait()
+
+  def stop(self):
+    """SIGTERM to every server started here (by PID), then reaps them."""
+    for process in self.processes:
+      if process is not None and process.poll() is None:
+        process.terminate()
+    for process in self.processes:
+      if process is not None:
+        try:
+          process.wait(timeout=30)
+        except Exception:  # pylint: disable=broad-except
+          process.kill()
+          process.wait()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *unused):
+    self.stop()

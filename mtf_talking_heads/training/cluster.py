@@ -71,7 +71,8 @@ def check_mesh_size(mesh_shape):
   if active is None or mesh_shape is None:
     return
   try:
-    active.check_mesh_size(max(mesh_shape.size, 1), str(mesh_shape))
+    active.check_mesh_size(max(mesh_shape.size, 1), repr(";".join(
+        "%s:%d" % (d.name, d.size) for d in mesh_shape.dims)))
   except cluster_lib.ClusterError as e:
     raise errors.ConfigError(str(e))
 

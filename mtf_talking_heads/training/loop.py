@@ -51,7 +51,8 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
                 dataset_split="train", skip_seen_data=False,
                 seen_data_init_step=0, checkpoint_input_pipeline=False,
                 seed=1234, log_every_steps=1, print_every_secs=10.0,
-                keep_checkpoint_steps=(), write_graph=False, hooks=()):
+                keep_checkpoint_steps=(), write_graph=False, hooks=(),
+                trace_every_steps=0):
   """utils.run's train_model_fn: mtf's train_model, reproducible and logged.
 
   Same arguments as mesh_tensorflow.transformer.utils.train_model, plus:
@@ -67,6 +68,9 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
     write_graph: also write graph.pbtxt, model.ckpt-N.meta and the graph to
       the events file (each about the size of the graph, e.g. 10 MB).
     hooks: extra tf.train.SessionRunHook objects.
+    trace_every_steps: N > 0 writes a full trace of every N-th step to
+      <model_dir>/trace/timeline-<step>.json (Chrome trace format: one
+      process per device, e.g. /job:worker/replica:0/task:1/device:CPU:0).
   Raises:
     TrainingError: an op failed (the first failure stops the run).
     Interrupted: Ctrl-C.
@@ -105,6 +109,7 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
         checkpoints.checkpoint_policy(model_dir, keeper, write_graph):
       estimator.train(input_fn=input_fn, max_steps=train_steps,
                       hooks=[hooks_lib.OrderReadsBeforeWritesHook(), hook] +
+                      _trace_hooks(model_dir, trace_every_steps) +
                       list(hooks or ()))
   except tf.errors.OpError as e:
     _discard_failed_attempt(model_dir, start, events_before)
@@ -126,6 +131,13 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
     _discard_failed_attempt(model_dir, start, events_before)
     raise errors.Interrupted(
         model_dir, checkpoints.latest_step(model_dir)) from None
+
+
+def _trace_hooks(model_dir, every_steps):
+  if not every_steps:
+    return []
+  return [tf.train.ProfilerHook(save_steps=every_steps, show_memory=False,
+                                output_dir=os.path.join(model_dir, "trace"))]
 
 
 def is_tpu(estimator):
