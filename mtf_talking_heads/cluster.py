@@ -14,10 +14,10 @@ and only the batch all-reduce crosses tasks.  Which slot lands on which task
 is part of what a layout means (which collectives cross the network).
 
 Shared-storage rule: model_dir must be the same readable and writable path
-on the client and on every task's host (the client writes logs and reads
-checkpoints; the sharded saver writes each task's variables from that task),
-and every data path the same readable path on the client and task 0 (the
-input pipeline runs on task 0): a shared file system, or GCS.
+on the client and on task 0's host (task 0 holds mtf's master variables and
+runs the saver; the client writes logs and reads checkpoints to resume), and
+every data path the same readable path on the client and task 0 (the input
+pipeline runs on task 0): a shared file system, or GCS.
 
 This module imports only the standard library: `--cluster` is parsed and
 every task is probed before TensorFlow is imported.

@@ -108,21 +108,21 @@ def _device_type(active, names):
   return "CPU"
 
 
-def _storage_error(what, path, active, task):
+def _storage_error(what, path, active):
   return errors.ConfigError(
-      "%s %s is not readable by task %d (%s) at the same path: the client "
-      "and every task must see model_dir (each task saves its shard of the "
-      "checkpoints), and task 0 the data, at the same paths (a shared file "
-      "system or GCS; see docs/cluster.md, shared storage)"
-      % (what, path, task, active.addresses[task]))
+      "%s %s is not readable by task 0 (%s) at the same path: the client "
+      "and task 0 must see model_dir (task 0 holds the master variables and "
+      "runs the saver) and the data (task 0 runs the input pipeline) at the "
+      "same paths (a shared file system or GCS; see docs/cluster.md, shared "
+      "storage)" % (what, path, active.addresses[0]))
 
 
 def preflight(model_dir, data_paths=()):
   """Asks the servers, before the graph: devices, then shared storage.
 
   Sets the active cluster's device_type ("GPU" when every task has K
-  GPUs).  Writes a probe file into model_dir and reads it back on every
-  task, and lists every data path on task 0 (the input pipeline's host).
+  GPUs).  Writes a probe file into model_dir and reads it back on task 0,
+  and lists every data path on task 0.
 
   Args:
     model_dir: the run's model directory (must exist).
@@ -150,22 +150,18 @@ def preflight(model_dir, data_paths=()):
             "cluster (%s)" % (active.addresses[0],
                               str(e).strip().splitlines()[0]))
       active.device_type = _device_type(active, names)
-      reads = []
-      for task in range(active.num_tasks):
-        with tf.device(cluster_lib.device_name(task, 0, "CPU")):
-          reads.append(tf.io.read_file(probe))
       with tf.device(cluster_lib.device_name(0, 0, "CPU")):
+        read = tf.io.read_file(probe)
         listed = [tf.io.matching_files(p) for p in data_paths]
-      for task, read in enumerate(reads):
-        try:
-          got = session.run(read)
-        except tf.errors.OpError:
-          got = b""
-        if got.decode() != token:
-          raise _storage_error("model_dir", model_dir, active, task)
+      try:
+        got = session.run(read)
+      except tf.errors.OpError:
+        got = b""
+      if got.decode() != token:
+        raise _storage_error("model_dir", model_dir, active)
       for path, files in zip(data_paths, listed):
         if not len(session.run(files)):
-          raise _storage_error("data file", path, active, 0)
+          raise _storage_error("data file", path, active)
   finally:
     tf.io.gfile.remove(probe)
 
