@@ -8,11 +8,11 @@ devices): loss and every gradient equal one in-process device's (1e-5
 relative), a trace has ops on both tasks, and a second graph with other
 shapes and the same variable names runs on the same servers.  (b) `mtf_th
 train --cluster` on model:2 reproduces the local run's losses and its trace
-has ops on both tasks; (d) a run with other shapes whose task 1 is killed
-ends with one line (the task, the checkpoint, the resume command) within
-60 s, and after the restart the resumed run equals the uninterrupted one;
-(e) an unreachable task and a mesh of the wrong size are refused before
-TensorFlow builds anything.  The device naming for GPU hosts is checked
+has ops on both tasks; (d) when its task 1 is killed it ends with one line
+(the task, the checkpoint, the resume command) within 60 s, and after the
+restart the resumed run equals the uninterrupted one; (e) an unreachable
+task (before TensorFlow is imported) and a mesh of the wrong size (in the
+pre-flight) are refused before any graph.  The device naming for GPU hosts is checked
 without GPUs.
 """
 import glob
@@ -159,22 +159,13 @@ def _losses(model_dir):
   return {int(r[0]): float(r[1]) for r in rows}
 
 
-@pytest.mark.slow
-def test_train_on_the_cluster_equals_the_local_run(servers, tmp_path):
-  remote_dir, local_dir = str(tmp_path / "remote"), str(tmp_path / "local")
-  trace = ["--gin_param=mtf_th.train_model.trace_every_steps = 1"]
-  procs = [subprocess.Popen(_train(d, s, HEADS + trace, 3), cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-           for d, s in ((remote_dir, servers), (local_dir, None))]
-  for p in procs:
-    _, err = p.communicate(timeout=900)
-    assert p.returncode == 0, err[-3000:]
-  remote, local = _losses(remote_dir), _losses(local_dir)
-  assert sorted(remote) == [1, 2, 3] and sorted(local) == [1, 2, 3]
-  for step in local:
-    assert abs(remote[step] - local[step]) <= RTOL * abs(local[step]), step
-  timelines = glob.glob(os.path.join(remote_dir, "trace", "timeline-*.json"))
+def _error_lines(stderr):
+  return [l for l in stderr.splitlines() if l.startswith("mtf_th ")]
+
+
+def _check_trace(model_dir):
+  """The run's Chrome traces show ops on both tasks."""
+  timelines = glob.glob(os.path.join(model_dir, "trace", "timeline-*.json"))
   assert timelines
   with open(sorted(timelines)[-1]) as f:
     events = json.load(f)["traceEvents"]
@@ -186,21 +177,23 @@ def test_train_on_the_cluster_equals_the_local_run(servers, tmp_path):
         task, busy)
 
 
-def _error_lines(stderr):
-  return [l for l in stderr.splitlines() if l.startswith("mtf_th ")]
-
-
 @pytest.mark.slow
-def test_lost_worker_one_line_then_resume_equals_uninterrupted(servers,
-                                                               tmp_path):
-  """Other shapes than test (b) on the same servers; task 1 dies mid-run."""
-  model_dir = str(tmp_path / "killed")
-  extra = OTHER_HEADS + ["--gin_param=save_checkpoints_steps = 2"]
-  proc = subprocess.Popen(_train(model_dir, servers, extra, 400), cwd=REPO,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True)
+def test_train_equals_local_then_lost_worker_then_resume(servers, tmp_path):
+  """(b) `mtf_th train --cluster` == the local run, trace on both tasks;
+  (d) task 1 killed mid-run: one line within 60 s; resumed after the
+  restart == the uninterrupted run.  After the layer tests' graphs, so the
+  servers have run other shapes before ((c), isolated sessions)."""
+  model_dir, local_dir = str(tmp_path / "remote"), str(tmp_path / "local")
+  extra = HEADS + ["--gin_param=save_checkpoints_steps = 2"]
+  trace = ["--gin_param=mtf_th.train_model.trace_every_steps = 1"]
+  local = subprocess.Popen(_train(local_dir, None, extra, 3), cwd=REPO,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+  proc = subprocess.Popen(_train(model_dir, servers, extra + trace, 400),
+                          cwd=REPO, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
   log = os.path.join(model_dir, "train_log.csv")
-  deadline = time.time() + 600
+  deadline = time.time() + 900
   while time.time() < deadline and proc.poll() is None:
     if os.path.exists(log) and len(_losses(model_dir)) >= 5:
       break
@@ -210,6 +203,15 @@ def test_lost_worker_one_line_then_resume_equals_uninterrupted(servers,
   killed_at = time.time()
   _, err = proc.communicate(timeout=120)
   seconds = time.time() - killed_at
+  _, local_err = local.communicate(timeout=900)
+  assert local.returncode == 0, local_err[-3000:]
+  # (b) the same losses as one process
+  remote, expected = _losses(model_dir), _losses(local_dir)
+  assert sorted(expected) == [1, 2, 3]
+  for step in expected:
+    assert abs(remote[step] - expected[step]) <= RTOL * abs(expected[step])
+  _check_trace(model_dir)
+  # (d) one line, status 1, under 60 s, no retry
   assert proc.returncode == 1, err[-3000:]
   assert seconds < 60, seconds
   assert "Traceback" not in err and err.count("starting at step") == 1
@@ -222,7 +224,7 @@ def test_lost_worker_one_line_then_resume_equals_uninterrupted(servers,
                % (model_dir, step),
                "resume with: mtf_th train --model_dir %s" % model_dir):
     assert word in line, (word, line)
-  # the uninterrupted run's losses of the steps after the checkpoint
+  # resume: the uninterrupted run's losses of the steps after the checkpoint
   uninterrupted = _losses(model_dir)
   last = max(uninterrupted)
   assert last > step
@@ -272,15 +274,19 @@ def test_bad_cluster_flags_refused():
     assert words in line, line
 
 
-def test_mesh_size_mismatch_refused_before_the_graph(servers, tmp_path):
-  model_dir = str(tmp_path / "m")
-  cmd = [MTF_TH, "train", "--model_dir", model_dir, "--cluster",
-         servers.spec, "--devices_per_task", "2"] + T5 + HEADS
-  proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
-                        timeout=600)
-  assert proc.returncode == 2, proc.stderr[-2000:]
-  line, = _error_lines(proc.stderr)
-  assert ("mesh_shape 'model:2' has 2 slots but the cluster has 4 devices "
-          "(2 tasks x --devices_per_task 2)") in line, line
-  assert "starting at step" not in proc.stderr
-  assert not glob.glob(os.path.join(model_dir, "*"))
+def test_mesh_size_mismatch_refused_in_the_preflight():
+  """training.preflight (before any graph) refuses a mesh of another size."""
+  from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
+  training.parse_gin([f.split("=", 1)[1] for f in T5 if "gin_file" in f],
+                     [p.split("=", 1)[1] for p in T5 + HEADS
+                      if "gin_param" in p])
+  cluster.activate(cluster.Cluster(["localhost:1", "localhost:2"], 2))
+  try:
+    with pytest.raises(training.ConfigError) as e:
+      training.preflight()
+  finally:
+    cluster.activate(None)
+  assert str(e.value) == (
+      "mesh_shape 'model:2' has 2 slots but the cluster has 4 devices (2 "
+      "tasks x --devices_per_task 2): they must be equal; change mesh_shape "
+      "or --cluster/--devices_per_task")
