@@ -11,9 +11,9 @@ total device count (2 servers x 1, 4 servers x 1, 2 servers x 2); the
 servers are started here on free ports and stopped by PID.
 
 Columns: median step time (one session.run of the SGD step) and its ratio to
-the one-process time; bytes received by one task from another per step,
-summed over the _Recv ops of a full trace (RunMetadata step_stats: the
-bytes of each Recv's output, whose send_device is another task); `mtf_th
+the one-process time; bytes sent from one task to another per step (every
+_Send of the step's partition graphs between devices of different tasks,
+with the size of the tensor it sends from the full trace's step_stats); `mtf_th
 comm`'s ring_bytes_per_device for the same layout times the devices (its
 prediction of all traffic between devices) and measured / predicted.
 Times depend on the machine and its load: compare ratios within one run.
@@ -87,25 +87,34 @@ def step_time(h, steps):
 _TASK = re.compile(r"task:(\d+)")
 
 
-def bytes_between_tasks(h):
-  """Bytes received from another task in one step (a full trace)."""
+def bytes_sent(h, between=lambda a, b: _TASK.search(a).group(1) !=
+               _TASK.search(b).group(1)):
+  """Bytes one step sends between tasks (a full trace).
+
+  Every _Send of the step's partition graphs whose send and recv devices
+  are on different tasks (`between`) counts the bytes of the tensor it
+  sends: its input's output in the trace's step_stats.
+  """
   metadata = tf.RunMetadata()
   h.session.run(h.train_op, options=tf.RunOptions(
-      trace_level=tf.RunOptions.FULL_TRACE), run_metadata=metadata)
-  total = 0
+      trace_level=tf.RunOptions.FULL_TRACE, output_partition_graphs=True),
+                run_metadata=metadata)
+  produced = {}
   for dev in metadata.step_stats.dev_stats:
-    here = _TASK.search(dev.device)
     for node in dev.node_stats:
-      label = node.timeline_label
-      if "_Recv" not in label and "_HostRecv" not in label:
+      for out in node.output:
+        produced[(node.node_name, out.slot)] = (
+            out.tensor_description.allocation_description.requested_bytes)
+  total = 0
+  for graph in metadata.partition_graphs:
+    for node in graph.node:
+      if node.op not in ("_Send", "_HostSend"):
         continue
-      sender = re.search(r"send_device=([^,\]\s]+)", label)
-      if not sender or not here:
+      if not between(node.attr["send_device"].s.decode(),
+                     node.attr["recv_device"].s.decode()):
         continue
-      there = _TASK.search(sender.group(1))
-      if there and there.group(1) != here.group(1):
-        total += sum(o.tensor_description.allocation_description
-                     .requested_bytes for o in node.output)
+      name, _, slot = node.input[0].partition(":")
+      total += produced.get((name, int(slot or 0)), 0)
   return total
 
 
@@ -129,7 +138,7 @@ def main(argv=None):
       h = build(mesh_shape, layout, cluster.device_names(tasks, k),
                 "grpc://" + servers.addresses[0])
       seconds = step_time(h, args.steps)
-      sent = bytes_between_tasks(h)
+      sent = bytes_sent(h)
       h.close()
     predicted = ring_bytes * tasks * k
     rows.append([mesh_shape, "%d servers x %d" % (tasks, k), "%.4f" % seconds,
