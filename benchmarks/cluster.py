@@ -1,6 +1,6 @@
 """Step time and bytes between tasks: one process vs local `mtf_th server`s.
 
-  PYTHONPATH=. python benchmarks/cluster.py [--steps 20] [--format md]
+  .venv/bin/python benchmarks/cluster.py [--steps 20] [--format md]
 
 The unit is `mtf_th comm`'s: one talking-heads layer in a Unitransformer
 (RMS norm, attention, residual; vocab 128), forward + backward + one SGD
