@@ -51,6 +51,8 @@ RTOL = 1e-5
 def servers():
   with cluster.LocalServers(2, devices_per_task=2, mtf_th=[MTF_TH]) as s:
     yield s
+  # SIGTERM (by PID) ends every server with status 0
+  assert [p.returncode for p in s.processes] == [0, 0]
 
 
 def _layer():
