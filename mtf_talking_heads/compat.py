@@ -92,6 +92,41 @@ def estimator_session_config(num_cpu_devices, base=None):
   return config
 
 
+@contextlib.contextmanager
+def bounded_session_close(timeout_secs):
+  """Breakage 12: Session.close() on a cluster waits forever for a lost task.
+
+  After a worker of a tf.distribute.Server cluster dies mid-run, the step
+  fails at once (UnavailableError), but closing the session (which
+  MonitoredSession does before the error reaches us) blocks in
+  TF_CloseSession with no deadline, so the command hangs.  Inside this
+  context a close that takes longer than `timeout_secs` is abandoned (its
+  C session is leaked, not deleted: deleting would wait too).
+  """
+  import threading  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.client import session as session_lib  # pylint: disable=g-direct-tensorflow-import,g-import-not-at-top
+  original = session_lib.BaseSession.close
+
+  def close(self):
+    done = threading.Event()
+
+    def run():
+      try:
+        original(self)
+      finally:
+        done.set()
+    threading.Thread(target=run, daemon=True).start()
+    if not done.wait(timeout_secs):
+      self._closed = True  # pylint: disable=protected-access
+      self._session = None  # pylint: disable=protected-access
+
+  session_lib.BaseSession.close = close
+  try:
+    yield
+  finally:
+    session_lib.BaseSession.close = original
+
+
 _LOGICAL_CPUS = []
 
 

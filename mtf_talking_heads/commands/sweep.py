@@ -98,6 +98,11 @@ def _build_parser():
   how.add_argument("--tpu", metavar="NAME",
                    help="pass --tpu NAME to every train/eval command (with "
                    "--dry_run: print the TPU commands)")
+  how.add_argument("--cluster", metavar="HOST:PORT,...",
+                   help="run every train and eval on these `mtf_th server` "
+                   "tasks (docs/cluster.md)")
+  how.add_argument("--devices_per_task", type=int, metavar="K",
+                   help="passed on with --cluster (default 1)")
   how.add_argument("--tpu_zone", help="passed on with --tpu")
   how.add_argument("--gcp_project", help="passed on with --tpu")
   tune = parser.add_argument_group("fine-tuning (paper section 7.1)")
@@ -182,6 +187,16 @@ def _check_layout_axes(job):
           what="row %s: layout %r:" % (row.name, layout))
 
 
+def _cluster_flags(args):
+  """--cluster / --devices_per_task, passed on to every train and eval."""
+  from mtf_talking_heads import cluster  # pylint: disable=g-import-not-at-top
+  cluster.from_args(args, PROG, [])  # a bad value: one line, status 2
+  if not args.cluster:
+    return []
+  return ["--cluster", args.cluster,
+          "--devices_per_task", str(args.devices_per_task or 1)]
+
+
 def _finetune_options(args):
   """Finetune's options from the flags, None without --finetune."""
   flags = {"--finetune_steps": args.finetune_steps,
@@ -263,6 +278,7 @@ def main(argv=None):
   try:
     job = _make_sweep(args, sweep)
     _check_layout_axes(job)
+    job.tpu_flags += _cluster_flags(args)  # every run on the same servers
   except (commands.UsageError, ValueError) as e:
     print("%s: error: %s" % (PROG, e), file=sys.stderr)
     return 2

@@ -14,6 +14,7 @@ from mtf_talking_heads import models
 from mtf_talking_heads import optimizers
 from mtf_talking_heads import spec
 from mtf_talking_heads import validation
+from mtf_talking_heads.training import cluster as training_cluster
 from mtf_talking_heads.training import devices
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import settings as settings_lib
@@ -195,6 +196,7 @@ def preflight(tpu=None):
     raise errors.ConfigError("the model's layers reject their gin arguments: %s"
                              % e)
   num_devices = None if tpu else devices.available_cpu_devices()
+  training_cluster.check_mesh_size(settings.mesh_shape)  # --cluster: equal
   check_settings(settings, description, num_devices)
   try:
     optimizers.check_settings()

@@ -10,7 +10,9 @@ import gin
 from mesh_tensorflow.transformer import utils as mtf_utils
 import tensorflow.compat.v1 as tf
 
+from mtf_talking_heads import cluster as cluster_lib
 from mtf_talking_heads import compat
+from mtf_talking_heads.training import cluster as training_cluster
 from mtf_talking_heads.training import devices
 from mtf_talking_heads.training import errors
 
@@ -19,8 +21,16 @@ from mtf_talking_heads.training import errors
 EVAL_SEED = 4321
 
 
-# TensorFlow's estimator and session internals are mended in compat.py.
-configure_estimator = compat.configure_estimator
+def configure_estimator(estimator, seed):
+  """compat.configure_estimator (seed, every logical CPU device, resource
+  variables); on --cluster also sessions on task 0 with isolated state."""
+  compat.configure_estimator(estimator, seed)
+  if cluster_lib.active() is not None:
+    config = training_cluster.configure_run_config(estimator._config)  # pylint: disable=protected-access
+    estimator._config = config  # pylint: disable=protected-access
+    estimator._session_config = config.session_config  # pylint: disable=protected-access
+
+
 no_session_recovery = compat.no_session_recovery
 
 
@@ -40,8 +50,10 @@ def run(model_dir, tpu, tpu_zone, gcp_project, fn, settings):
   would from the same gin and passes it to its train_model_fn.
   """
   mesh_devices = None if tpu else devices.mesh_devices(settings.mesh_shape)
+  training_cluster.preflight(model_dir, training_cluster.data_paths())
   kwargs = {} if fn is None else {"train_model_fn": fn}
-  with gin.unlock_config(), no_session_recovery(tpu):
+  with gin.unlock_config(), no_session_recovery(tpu), \
+      training_cluster.bounded_session_close():
     mtf_utils.run(tpu_job_name=None, tpu=tpu, gcp_project=gcp_project,
                   tpu_zone=tpu_zone, model_dir=model_dir,
                   mesh_devices=mesh_devices, mode="train",
