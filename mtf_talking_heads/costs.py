@@ -121,6 +121,9 @@ def attention_terms(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
 
   Returns the resolved configuration (see resolve_config) plus
     "params":     {tensor name: shape}  e.g. "P_q": (d_model, d_k, h_k)
+    "param_dims": {tensor name: names of its dims} e.g. "P_q": ("d_model",
+                  "d_k", "heads_k") (heads dims: heads_k, heads, heads_v,
+                  groups)
     "multiplies": {einsum name: factors} e.g. "J": (n, m, d_k, h_k)
   in the order of the paper's pseudocode.  A tensor's parameter count is the
   product of its shape, an einsum's cost the product of its factors.  Shapes
@@ -148,6 +151,7 @@ def attention_terms(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
   n = m = cfg["length"]
   dyn = cfg["dynamic"]
   params = {}
+  dims = {}
   mults = {}
 
   if variant == "general_bilinear":
@@ -155,6 +159,7 @@ def attention_terms(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
     # evaluated in its cheapest order (the one mtf's layer uses).
     params["P"] = (d, d, h)
     params["Q"] = (d, d, h)
+    dims["P"] = dims["Q"] = ("d_model", "d_model", "heads")
     mults["XP"] = (n, d, d, h)    # X[n, d_X] . P[d_X, d_M, h] -> [n, d_M, h]
     mults["L"] = (n, m, d, h)     # . M[m, d_M] -> L[n, m, h]
     mults["WM"] = (n, m, d, h)    # W[n, m, h] . M[m, d_M] -> [n, d_M, h]
@@ -166,6 +171,8 @@ def attention_terms(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
     params["P_k"] = (d, d_k, h_k)
     params["P_v"] = (d, d_v, h_v)
     params["P_o"] = (d, d_v, h_v)
+    dims["P_q"] = dims["P_k"] = ("d_model", "d_k", "heads_k")
+    dims["P_v"] = dims["P_o"] = ("d_model", "d_v", "heads_v")
     mults["Q"] = (n, d, d_k, h_k)
     mults["K"] = (m, d, d_k, h_k)
     mults["V"] = (m, d, d_v, h_v)
@@ -175,16 +182,19 @@ def attention_terms(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
     # grouped: within each of g groups, (g, h_k/g, h/g) and (g, h/g, h_v/g)
     g = cfg["groups"] or 1
     grouped = (g,) if cfg["groups"] else ()
-    for terms, has_p, p_name, name, mixed, other in (
+    named = ("groups",) if cfg["groups"] else ()
+    for terms, has_p, p_name, name, mixed, mixed_dims, other in (
         (_LOGITS_TERMS, has_l, "P_l", "L", grouped + (h_k // g, h // g),
-         h_k // g),
+         named + ("heads_k", "heads"), h_k // g),
         (_WEIGHTS_TERMS, has_w, "P_w", "U", grouped + (h // g, h_v // g),
-         h_v // g)):
+         named + ("heads", "heads_v"), h_v // g)):
       if has_p:
         params[p_name] = mixed
+        dims[p_name] = mixed_dims
       dynamic = [_DYNAMIC_NAMES[term] for term in dyn if term in terms]
       for generator, r_name, _, src in dynamic:
         params[generator] = (d,) + mixed
+        dims[generator] = ("d_model",) + mixed_dims
         mults[r_name] = (n if src == "X" else m, d) + mixed
       if has_p:
         mults[name] = (n, m, h, other)
@@ -197,6 +207,7 @@ def attention_terms(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
 
   terms = dict(cfg)
   terms["params"] = params
+  terms["param_dims"] = dims
   terms["multiplies"] = mults
   return terms
 

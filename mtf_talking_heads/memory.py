@@ -64,9 +64,12 @@ float32 on one CPU):
   786432
 """
 import collections
+import math
 
 from mtf_talking_heads import costs
 from mtf_talking_heads import perf
+from mtf_talking_heads import prices
+from mtf_talking_heads import spec as spec_lib
 
 GiB = 2 ** 30
 # Adafactor factors a weight whose two largest dims are at least this big
@@ -80,15 +83,12 @@ GRADIENT_COPIES = 2
 MASTER_BYTES = 4  # float32 weights, gradients, slots (gin/mtf_th.gin)
 
 # The n x m x heads tensors each variant keeps for its backward pass, by the
-# heads dim they carry ("heads_k", "heads", "heads_v").
+# heads dim they carry ("heads_k", "heads", "heads_v"): J if it has P_l, W,
+# U if it has P_w (general bilinear: W, plus X.P and W.M).
 CORE_TENSORS = {
-    "multi_head": ("heads",),                       # W
-    "talking_heads": ("heads_k", "heads", "heads_v"),  # J, W, U
-    "grouped_talking_heads": ("heads_k", "heads", "heads_v"),
-    "project_logits": ("heads_k", "heads"),          # J, W
-    "project_weights": ("heads", "heads_v"),         # W, U
-    "general_bilinear": ("heads",),                  # W (+ X.P, W.M)
-}
+    v.name: ("heads_k",) * v.project_logits + ("heads",) +
+            ("heads_v",) * v.project_weights
+    for v in spec_lib.VARIANT_TABLE if v.name != spec_lib.DYNAMIC}
 # What a strategy does to the core (sharding.py): "heads" keeps the heads
 # layout (the variants that mix heads keep `heads` whole), "split" cuts
 # every core tensor P ways; the core's gradients then read the re-laid
@@ -101,20 +101,7 @@ STRATEGY_CORES = collections.OrderedDict([
     ("heads_parallel", "heads"), ("batch_split_gathered", "layer"),
     ("batch_split", "split"), ("batch_query_split", "split"),
     ("query_split", "gather"), ("query_split_allgather", "gather")])
-_MIXING = ("talking_heads", "project_logits", "project_weights")
 ROLES = ("heads_k", "heads", "heads_v")
-# The mtf dim name of each heads role in this project's layer classes
-# (layers.py): multi-head has one "heads" dim, logits-only names h_v
-# "heads", weights-only names h_k "heads"; grouped layers are laid out by
-# their "groups" dim, which every heads role carries.
-_DIM_NAMES = {
-    "multi_head": ("heads", "heads", "heads"),
-    "general_bilinear": ("heads", "heads", "heads"),
-    "talking_heads": ("heads_k", "heads", "heads_v"),
-    "project_logits": ("heads_k", "heads", "heads"),
-    "project_weights": ("heads", "heads", "heads_v"),
-    "grouped_talking_heads": ("groups", "groups", "groups"),
-}
 
 
 def split_roles(att, layout=None):
@@ -128,49 +115,33 @@ def split_roles(att, layout=None):
   Returns:
     a frozenset of role names.
   """
-  names = _DIM_NAMES[att.variant]
   if layout is None:
-    if att.variant in _MIXING:
+    if att.mixes_heads:
       return frozenset(("heads_k", "heads_v"))
     return frozenset(ROLES)
-  on_model = {d for d, a in _pairs(layout) if a == "model"}
-  return frozenset(r for r, n in zip(ROLES, names) if n in on_model)
+  on_model = {d for d, a in spec_lib.parse_layout(layout) if a == "model"}
+  return frozenset(r for r, n in zip(ROLES, _dim_names(att)) if n in on_model)
 
 
-def _pairs(layout):
-  if isinstance(layout, str):
-    out = []
-    for item in [x for x in layout.replace(";", ",").split(",") if x.strip()]:
-      dim, _, axis = item.strip().partition(":")
-      out.append((dim.strip(), axis.strip()))
-    return out
-  return list(layout)
-# The param tensors of costs.attention_terms: the heads role of each dim
-# index that has one (P_q[d_model, d_k, h_k]: index 2 is heads_k).
-_WEIGHT_ROLES = {
-    "P_q": {2: "heads_k"}, "P_k": {2: "heads_k"}, "P_v": {2: "heads_v"},
-    "P_o": {2: "heads_v"}, "P_l": {0: "heads_k", 1: "heads"},
-    "P_w": {0: "heads", 1: "heads_v"}, "P_Xl": {1: "heads_k", 2: "heads"},
-    "P_Ml": {1: "heads_k", 2: "heads"}, "P_Xw": {1: "heads", 2: "heads_v"},
-    "P_Mw": {1: "heads", 2: "heads_v"}, "P": {2: "heads"},
-    "Q": {2: "heads"}}
+def _dim_names(att):
+  """The mtf dim name of each of ROLES in the layers (prices.named_dims:
+  a heads dim tied to h is named "heads"); grouped layers are laid out by
+  their "groups" dim, which every heads role carries."""
+  if att.groups:
+    return ("groups",) * len(ROLES)
+  dims = prices.named_dims(att)
+  return (dims.heads_k.name, dims.heads.name, dims.heads_v.name)
+def _split_index(name, dims, roles, grouped):
+  """The index of the dim of weight `name` the model axis splits, or None.
 
-
-def _split_index(name, shape, roles, grouped):
-  """The index of the dim of weight `name` the model axis splits, or None."""
+  dims: the weight's dim names (costs.attention_terms' "param_dims").
+  """
   if grouped and roles:
-    return 0 if name in ("P_l", "P_w") else len(shape) - 1
-  for index, role in sorted(_WEIGHT_ROLES.get(name, {}).items()):
-    if role in roles:
+    return 0 if name in ("P_l", "P_w") else len(dims) - 1
+  for index, dim in enumerate(dims):
+    if dim in roles:
       return index
   return None
-
-
-def _product(xs):
-  out = 1
-  for x in xs:
-    out *= x
-  return out
 
 
 def stacks(model):
@@ -221,8 +192,10 @@ def weight_shapes(model, layout=None):
     for placement, _ in placements:
       att = getattr(model, placement)
       roles = split_roles(att, layout)
-      for name, shape in _terms(att, d)["params"].items():
-        split = _split_index(name, shape, roles, bool(att.groups))
+      terms = _terms(att, d)
+      for name, shape in terms["params"].items():
+        split = _split_index(name, terms["param_dims"][name], roles,
+                             bool(att.groups))
         layer.append(("%s/%s/%s" % (stack, placement, name), shape, split))
       layer.append(("%s/%s/norm" % (stack, placement), (d,), None))
     layer += [("%s/ffn/wi" % stack, (d, model.d_ff), 1),
@@ -257,12 +230,12 @@ def state_elements(model, model_axis=1, layout=None):
   weights = slots = largest = 0.0
   for _, shape, split in weight_shapes(model, layout):
     index = None if split is None else split % len(shape)
-    size = _product(shape)
+    size = math.prod(shape)
     size = size / model_axis if index is not None else size
     weights += size
     largest = max(largest, size)
     for slot_shape, kept in _slot_shapes(shape, model.optimizer):
-      n = _product(slot_shape)
+      n = math.prod(slot_shape)
       slots += n / model_axis if index in kept else n
   return weights, slots, largest
 
@@ -307,7 +280,7 @@ def attention_kept(att, d_model, n, m, b, p, impl, strategy="heads_parallel",
   e, ec = impl.activation_bytes, impl.core_bytes
   x = b * n * d_model
   kept = 3.0 * x  # norm (2 X) + output
-  if att.variant == "general_bilinear":
+  if att.variant == spec_lib.BILINEAR:
     share = _share("heads", roles, p, core)
     kept += 2.0 * b * n * d_model * att.heads * share  # X.P and W.M
     a = 0.0 if recompute else _core_elements(att, b, n, m, p, core, roles)
@@ -386,7 +359,7 @@ def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
     layer_kept = layer_core = 0.0
     for placement, m in placements:
       att = getattr(model, placement)
-      s = strategy if att.variant != "general_bilinear" else "heads_parallel"
+      s = strategy if att.variant != spec_lib.BILINEAR else "heads_parallel"
       roles = split_roles(att, layout)
       k_bytes, c_bytes = attention_kept(att, model.d_model, n, m, b, p, impl,
                                         s, recompute, dropout, roles)

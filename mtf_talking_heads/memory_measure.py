@@ -78,13 +78,8 @@ _OPTIMIZERS = {
 
 def attention_model(config):
   """The perf.Model (kind "lm") that memory.py predicts `config` with."""
-  att = perf.make_attention(
-      config.variant, config.heads, config.d_k,
-      heads_k=None if config.variant in ("multi_head", "project_weights")
-      else config.heads,
-      heads_v=None if config.variant in ("multi_head", "project_logits")
-      else config.heads,
-      dynamic=config.dynamic, groups=config.groups)
+  att = perf.make_attention(config.variant, config.heads, config.d_k,
+                            dynamic=config.dynamic, groups=config.groups)
   return perf.make_model(
       "lm", config.num_layers, config.d_model, config.d_ff, config.vocab,
       config.batch, config.length, config.length, dec_self=att,

@@ -607,8 +607,7 @@ def _replicated_core(att):
   """True if heads-parallel leaves the softmax whole on every device:
   variants that mix heads (h_k / h_v split, h whole).  Grouped talking
   heads is laid out groups:model: split like multi-head."""
-  v = spec_lib.VARIANT[att.variant]
-  return (v.project_logits or v.project_weights) and not att.groups
+  return att.mixes_heads
 
 
 def attention_ring_elements(att, d_model, n, m, batch, model_axis):

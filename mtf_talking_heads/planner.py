@@ -26,35 +26,21 @@ variants that mix heads no longer replicated; recomputing adds the
 forward einsums and softmax of the core once more.
 """
 import collections
-import math
 
 from mtf_talking_heads import memory
 from mtf_talking_heads import perf
+from mtf_talking_heads import prices
+from mtf_talking_heads import spec as spec_lib
 
 STRATEGIES = tuple(memory.STRATEGY_CORES)
 DEFAULT_MARGIN = 0.1
-# Layout rules of the heads dims per variant (the heads-parallel layout
-# perf.py times; comm.default_layout chooses the same).
-_HEADS_RULES = {
-    "multi_head": ("heads",), "general_bilinear": ("heads",),
-    "talking_heads": ("heads_k", "heads_v"),
-    "project_logits": ("heads_k",), "project_weights": ("heads_v",),
-    "grouped_talking_heads": ("groups",),
-}
-# mtf_th class name prefixes (gin/attention/*.gin) and strategy classes.
-_CLASSES = {
-    "multi_head": "MultiHead", "talking_heads": "TalkingHeads",
-    "project_logits": "ProjectLogits", "project_weights": "ProjectWeights",
-    "general_bilinear": "GeneralBilinear",
-    "grouped_talking_heads": "GroupedTalkingHeads",
-}
+# sharding.py's strategy classes (gin names) by strategy name.
 _STRATEGY_CLASSES = {
     "heads_parallel": "HeadsParallel", "batch_split": "BatchSplit",
     "batch_split_gathered": "GatheredBatchSplit",
     "batch_query_split": "BatchQuerySplit", "query_split": "QuerySplit",
     "query_split_allgather": "QuerySplit",
 }
-_SPLIT_ONLY_HEADS = ("grouped_talking_heads", "general_bilinear")
 
 Candidate = collections.namedtuple("Candidate", [
     "mesh_shape", "strategy", "recompute", "memory", "step_s", "network_s",
@@ -74,53 +60,53 @@ def layout(model, model_axis):
   if model_axis > 1:
     heads = []
     for _, att, _, _ in attentions(model):
-      heads += [r for r in _HEADS_RULES[att.variant] if r not in heads]
+      heads += [r for r in _heads_rules(att, model.d_model)
+                if r not in heads]
     if "heads" in heads and {"heads_k", "heads_v"} & set(heads):
       heads.remove("heads")  # P_l[heads_k, heads] may not put both on model
     rules += ["%s:model" % r for r in heads] + ["d_ff:model", "vocab:model"]
   return ",".join(rules)
 
 
+def _heads_rules(att, d_model):
+  """The heads dims prices.heads_parallel_layout puts on `model` (what perf.py
+  times and comm.default_layout chooses)."""
+  dims = prices.named_dims(att, d_model)
+  return [d for d, _ in prices.heads_parallel_layout(dims)]
+
+
+def split_only_heads(att):
+  """True if `att` runs heads-parallel only: grouped talking heads and
+  general bilinear (no formula or strategy of theirs splits the core)."""
+  return att.variant in (spec_lib.GROUPED, spec_lib.BILINEAR)
+
+
 def applies(strategy, att, b, n, p):
   """Whether `strategy` can run `att` on b examples, length n, model axis p."""
   if strategy == "heads_parallel":
     return True
-  if p == 1 or att.variant in _SPLIT_ONLY_HEADS:
+  if p == 1 or split_only_heads(att):
     return False
   if strategy in ("batch_split", "batch_split_gathered"):
     return b % p == 0
   if strategy.startswith("query_split"):
     return n % p == 0
-  p_b = math.gcd(b, p)
-  return n % (p // p_b) == 0
+  return n % prices.batch_query_factors(
+      prices.Layout("model:%d" % p, ""), "model", b)[1] == 0
 
 
 def ring_elements(strategy, att, d_model, n, m, b, p, batch_axis=1):
-  """Elements one device sends for one attention layer (docs/sharding.md,
-  "The strategies, on paper"; heads_parallel: perf's formula)."""
+  """Elements one device sends for one attention layer: prices.predict on
+  mesh batch:<batch_axis>,model:<p> with the heads-parallel layout (b: the
+  examples of one data-parallel group)."""
   if strategy == "heads_parallel" or p == 1:
     return perf.attention_ring_elements(att, d_model, n, m, b, p)
-  f = (p - 1.0) / p
-  hk, h, hv = att.heads_k, att.heads, att.heads_v
-  x = b * n * d_model
-  q, k = b * n * hk * att.d_k, b * m * hk * att.d_k
-  v, o = b * m * hv * att.d_v, b * n * hv * att.d_v
-  hh = (hk * h if att.variant in ("talking_heads", "project_logits") else 0) \
-      + (h * hv if att.variant in ("talking_heads", "project_weights") else 0)
-  groups = 2.0 * (batch_axis - 1) / batch_axis * (1 - 1.0 / p) * hh
-  if strategy == "batch_split_gathered":
-    weights = 2 * d_model * (hk * att.d_k + hv * att.d_v)
-    return 2 * f * x + 2 * f * (weights + hh)
-  base = 4 * f * x + groups
-  if strategy == "batch_split":
-    return base + 2 * f / p * (q + k + v + o) + 2 * f * hh
-  if strategy == "query_split":
-    return base + 2 * f / p * (q + o) + 2 * f * (k + v) + 2 * f * hh
-  if strategy == "query_split_allgather":
-    return (base + 2 * f / p * (q + o) + 3 * f * (k + v) +
-            f * (1 + 2 * b) * hh)
-  p_b = math.gcd(b, p)  # batch_query_split
-  return base + 2 * f / p * (q + o) + 2 * f / p_b * (k + v) + 2 * f * hh
+  dims = prices.named_dims(att, d_model)
+  mesh = prices.Layout("batch:%d;model:%d" % (batch_axis, p),
+                       [(prices.BATCH, "batch")] +
+                       prices.heads_parallel_layout(dims))
+  return prices.predict(strategy, dims, mesh, b * batch_axis, n, d_model,
+                        att.dynamic, "model", m)
 
 
 def _op_s(op, hw, eff):
@@ -144,8 +130,7 @@ def _adjust(model, hw, impl, b, p, batch_axis, strategy, recompute):
     network += ring * impl.activation_bytes / (
         hw.ici_bytes_per_s * eff.network)
     ops = perf.attention_ops(att, model.d_model, n, m, b, impl, placement)
-    mixes = att.variant in ("talking_heads", "project_logits",
-                            "project_weights")
+    mixes = att.mixes_heads
     softmax = sum(_op_s(op, hw, eff) for op in ops if op.name == "softmax")
     if s != "heads_parallel" and mixes:
       compute -= softmax * (1 - 1.0 / p)
@@ -172,9 +157,9 @@ def gin_bindings(model, mesh_shape, strategy, recompute):
     inner = "@mtf_th.RecomputeCore()"
   names = []
   for placement, att, _, _ in attentions(model):
-    prefix = "DynamicProjections" if att.dynamic else _CLASSES[att.variant]
-    name = prefix + ("EncoderAttention" if placement == "encdec"
-                     else "Attention")
+    classes = spec_lib.layer_class_names(
+        spec_lib.DYNAMIC if att.dynamic else att.variant)
+    name = classes[1] if placement == "encdec" else classes[0]
     if name not in names:
       names.append(name)
   if strategy != "heads_parallel" or recompute or mesh["model"] > 1:
@@ -208,10 +193,7 @@ def plan(model, hardware, devices, impl=None, margin=DEFAULT_MARGIN,
     ValueError: naming the bad argument.
   """
   hw = perf.get_hardware(hardware)
-  if isinstance(devices, bool) or not isinstance(devices, int) or \
-      devices <= 0:
-    raise ValueError("--devices must be a positive integer, got %r"
-                     % (devices,))
+  spec_lib.positive_int("--devices", devices)
   if not 0 <= margin < 1:
     raise ValueError("--margin must be in [0, 1), got %r" % (margin,))
   impl = memory.implementation(
@@ -229,11 +211,10 @@ def plan(model, hardware, devices, impl=None, margin=DEFAULT_MARGIN,
     for strategy in STRATEGIES:
       if not all(applies(strategy, att, b, n, p)
                  for _, att, n, _ in attentions(model)
-                 if att.variant not in _SPLIT_ONLY_HEADS):
+                 if not split_only_heads(att)):
         continue
       if strategy != "heads_parallel" and all(
-          att.variant in _SPLIT_ONLY_HEADS
-          for _, att, _, _ in attentions(model)):
+          split_only_heads(att) for _, att, _, _ in attentions(model)):
         continue
       for recompute in recompute_options:
         if recompute and (strategy != "heads_parallel" or dropout):

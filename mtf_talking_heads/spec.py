@@ -200,6 +200,13 @@ class AttentionSpec(collections.namedtuple("AttentionSpec", [
     return VARIANT[self.variant].project_weights
 
   @property
+  def mixes_heads(self):
+    """True if heads-parallel leaves h whole on every device: P_l or P_w
+    mixes heads (h_k / h_v split).  Grouped talking heads is laid out
+    groups:model, split like multi-head."""
+    return (self.project_logits or self.project_weights) and not self.groups
+
+  @property
   def label(self):
     """costs.variant_label's: "talking_heads+x2l", "grouped_...(groups=8)"."""
     return variant_label(self.variant, self.dynamic, self.groups)

@@ -70,6 +70,24 @@ def test_split_strategy_rows_and_bindings():
   assert split.memory["core"] < heads.memory["core"]
 
 
+def test_split_strategy_ring_elements_are_prices_on_the_heads_layout():
+  # project logits 12 heads, h_k 24, d_k = d_v 64, d_model 768, n = m 512,
+  # 16 examples, model:8, batch_split: heads_k:model (prices'
+  # heads_parallel_layout, as comm.default_layout) splits Q, K but not V, O
+  # (their heads_v is "heads"); f = 7/8, X = 16*512*768:
+  #   4 f X + 2 f/8 (Q + K) + f (V + O) + 2 f P_l
+  att = perf.make_attention("project_logits", 12, 64, heads_k=24)
+  f, x = 7 / 8, 16 * 512 * 768
+  qk, vo = 16 * 512 * 24 * 64, 16 * 512 * 12 * 64
+  assert planner.ring_elements("batch_split", att, 768, 512, 512, 16, 8) == (
+      4 * f * x + 2 * f / 8 * 2 * qk + f * 2 * vo + 2 * f * 24 * 12)
+  weights = perf.make_attention("project_weights", 12, 64, heads_v=24)
+  model = perf.paper_model(12, 64)._replace(enc_self=weights,
+                                           dec_self=weights, encdec=weights)
+  assert planner.layout(model, 8) == (
+      "batch:batch,heads:model,d_ff:model,vocab:model")
+
+
 def test_nothing_fits_one_line_and_status_1(capsys):
   # the paper's batch 128 on a v2-8: 16 sequences per 8 GiB core; even
   # with the core recomputed talking heads 48 x 16 needs 9.53 GiB

@@ -99,3 +99,16 @@ def format_table(columns, rows, fmt, text_columns=("variant",)):
   writer.writerow(columns)
   writer.writerows(rows)
   return out.getvalue()
+
+
+def add_gin_arguments(parser, param_example=""):
+  """--gin_file and --gin_param of the commands that read a model's gin files.
+
+  param_example: text after the --gin_param help, e.g. ', e.g. "x = 1"'.
+  """
+  parser.add_argument("--gin_file", action="append", default=[],
+                      metavar="FILE", help="a gin file of the model (under "
+                      "gin/ or a path; repeatable, read in order)")
+  parser.add_argument("--gin_param", action="append", default=[],
+                      metavar="BINDING", help="a gin binding applied after "
+                      "the files" + param_example)

@@ -37,12 +37,7 @@ def _build_parser():
       "backward, optimizer update) of a whole model, per device, by a "
       "roofline model: FLOPs / peak, bytes / memory bandwidth, ring bytes / "
       "interconnect bandwidth.  See docs/costs.md.")
-  parser.add_argument("--gin_file", action="append", default=[],
-                      metavar="FILE", help="a gin file of the model (under "
-                      "gin/ or a path; repeatable, read in order)")
-  parser.add_argument("--gin_param", action="append", default=[],
-                      metavar="BINDING", help="a gin binding applied after "
-                      "the files, e.g. \"batch_size = 64\"")
+  commands.add_gin_arguments(parser, ', e.g. "batch_size = 64"')
   parser.add_argument("--paper_table", metavar="NAME",
                       help="every row of gin/experiments/NAME, e.g. t5_heads")
   parser.add_argument("--compare_paper", action="store_true",

@@ -22,6 +22,7 @@ TensorFlow is never imported.
 import sys
 
 from mtf_talking_heads import commands
+from mtf_talking_heads import spec as spec_lib
 
 PROG = "mtf_th plan"
 COLUMNS = ("mesh_shape", "strategy", "fits", "memory_gib", "state_gib",
@@ -35,12 +36,7 @@ def _build_parser(hardware_names):
       description="Predicted memory per device and step time of every mesh "
       "shape and sharding strategy of a model on --devices devices; the "
       "ones that fit, fastest first.  See docs/costs.md.")
-  parser.add_argument("--gin_file", action="append", default=[],
-                      metavar="FILE", help="a gin file of the model (under "
-                      "gin/ or a path; repeatable, read in order)")
-  parser.add_argument("--gin_param", action="append", default=[],
-                      metavar="BINDING", help="a gin binding applied after "
-                      "the files")
+  commands.add_gin_arguments(parser)
   parser.add_argument("--hardware", required=True, metavar="NAME",
                       choices=hardware_names,
                       help="one of %s" % ", ".join(hardware_names))
@@ -75,10 +71,8 @@ def _build_parser(hardware_names):
 
 def _check(args):
   for name in ("devices", "batch", "vocab"):
-    value = getattr(args, name)
-    if value is not None and value <= 0:
-      raise commands.UsageError("--%s must be a positive integer, got %d"
-                                % (name, value))
+    if getattr(args, name) is not None:
+      spec_lib.positive_int("--" + name, getattr(args, name))
   if not 0 <= args.margin < 1:
     raise commands.UsageError("--margin must be in [0, 1), got %r"
                               % args.margin)
