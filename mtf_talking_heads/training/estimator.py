@@ -12,6 +12,7 @@ from mesh_tensorflow.transformer import utils as mtf_utils
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import compat
+from mtf_talking_heads import init_seeds
 from mtf_talking_heads.training import devices
 from mtf_talking_heads.training import errors
 
@@ -21,8 +22,10 @@ EVAL_SEED = 4321
 
 
 def configure_estimator(estimator, seed):
-  """Seeds the graph, shows every logical CPU device to the session and
-  makes new variables resource variables.
+  """Seeds the graph, seeds each variable's initializer by its name (so the
+  initial weights are the same on every mesh, see init_seeds.py), shows
+  every logical CPU device to the session and makes new variables resource
+  variables.
 
   Resource variables matter for reproducibility: with TF1 ref variables (what
   tf.disable_v2_behavior() selects) a read aliases the variable's buffer, so
@@ -39,6 +42,7 @@ def configure_estimator(estimator, seed):
         base=config.session_config)
   config = config.replace(**changes)
   estimator._config = config  # pylint: disable=protected-access
+  estimator._model_fn = init_seeds.seeded_model_fn(estimator._model_fn)  # pylint: disable=protected-access
   estimator._session_config = config.session_config  # pylint: disable=protected-access
 
 
