@@ -12,6 +12,7 @@ from mesh_tensorflow.transformer import utils as mtf_utils
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import compat
+from mtf_talking_heads import dir_lock
 from mtf_talking_heads import init_seeds
 from mtf_talking_heads.training import devices
 from mtf_talking_heads.training import errors
@@ -78,6 +79,23 @@ def check_model_dir(model_dir):
   if tf.io.gfile.exists(model_dir) and not tf.io.gfile.isdir(model_dir):
     raise errors.ConfigError("--model_dir %r exists and is not a directory"
                              % model_dir)
+
+
+@contextlib.contextmanager
+def writer_lock(model_dir):
+  """Holds model_dir's lock (dir_lock.py) while this process writes to it.
+
+  Raises:
+    ConfigError: another live train/finetune/sweep run holds it (one line).
+  """
+  try:
+    dir_lock.acquire(model_dir, "--model_dir")
+  except dir_lock.LockedError as e:
+    raise errors.ConfigError(str(e)) from None
+  try:
+    yield
+  finally:
+    dir_lock.release(model_dir)
 
 
 def run(model_dir, tpu, tpu_zone, gcp_project, fn, settings):

@@ -81,5 +81,6 @@ def finetune(model_dir, pretrained_model_dir, gin_files=(), gin_params=(),
   print("[finetune] from %s (step %d) to step %d in %s"
         % (path, step, step + finetune_steps, model_dir), file=sys.stderr,
         flush=True)
-  estimator_lib.run(model_dir, tpu, tpu_zone, gcp_project, None, settings)
+  with estimator_lib.writer_lock(model_dir):
+    estimator_lib.run(model_dir, tpu, tpu_zone, gcp_project, None, settings)
   return progress.read_train_log(model_dir)

@@ -158,7 +158,8 @@ def train(model_dir, gin_files=(), gin_params=(), train_steps=None, tpu=None,
     checkpoints.check_checkpoint_matches(
         [tf.train.latest_checkpoint(model_dir)], settings)
   tf.io.gfile.makedirs(model_dir)
-  estimator_lib.run(model_dir, tpu, tpu_zone, gcp_project, None, settings)
+  with estimator_lib.writer_lock(model_dir):
+    estimator_lib.run(model_dir, tpu, tpu_zone, gcp_project, None, settings)
   return progress.read_train_log(model_dir)
 
 
