@@ -20,6 +20,7 @@ is built.
 import sys
 
 from mtf_talking_heads import commands
+from mtf_talking_heads.commands import prechecks
 from mtf_talking_heads.commands import train as train_command
 
 PROG = "mtf_th finetune"
@@ -53,7 +54,12 @@ def main(argv=None):
                                         args.model_dir))
     return 0
 
-  return train_command.run_command(PROG, parser, argv, body)
+  def precheck(args):
+    train_command.check_common(args)
+    prechecks.directory(args.pretrained_model_dir, "--pretrained_model_dir",
+                        must_exist=True)
+
+  return train_command.run_command(PROG, parser, argv, body, precheck)
 
 
 def check_tfds_data(args, training):
