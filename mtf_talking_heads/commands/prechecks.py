@@ -162,3 +162,74 @@ def cache():
         "%s is read-only for this user and does not hold the built corpus "
         "and vocabulary (the first run writes them there): %s"
         % (where, fix))
+
+
+def _macros_by_file(path, gin_dir, stack=()):
+  """{macro: (raw value, the file that set it)} as gin reads `path`."""
+  from gin import config_parser  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.sweep import gin_reader  # pylint: disable=g-import-not-at-top
+  out = {}
+  if path in stack:
+    return out
+  with open(path) as f:
+    statements = gin_reader._read_statements(f.read(), path)  # pylint: disable=protected-access
+  for statement in statements:
+    if isinstance(statement, config_parser.IncludeStatement):
+      try:
+        included = gin_reader.gin_path(statement.filename, path, gin_dir)
+      except ValueError:
+        continue  # training.parse_gin reports a missing include
+      out.update(_macros_by_file(included, gin_dir, stack + (path,)))
+    elif (isinstance(statement, config_parser.BindingStatement)
+          and not statement.scope and not statement.arg_name
+          and "." not in statement.selector):
+      out[statement.selector] = (repr(statement.value), path)
+  return out
+
+
+def scale_macros(gin_dir):
+  """The macros the scale files (models/*_tiny.gin) set."""
+  names = set()
+  for rel in gin_paths.list_gin_files(os.path.join(gin_dir, "models")):
+    if rel.endswith("_tiny.gin"):
+      names.update(_macros_by_file(os.path.join(gin_dir, "models", rel),
+                                   gin_dir))
+  return names
+
+
+def gin_order(names):
+  """Refuses a later --gin_file whose includes re-set an earlier file's scale.
+
+  `--gin_file models/t5_tiny.gin --gin_file experiments/t5_heads/07...gin`
+  builds the base T5: the experiment includes models/t5_base.gin, whose
+  d_model, num_layers ... override the tiny file's (gin: the last binding
+  wins).  A macro a later file sets in its own text is an intended override
+  (a layout file after a scale file), so only values set by an include
+  count.
+  """
+  if len(names) < 2:
+    return
+  try:
+    gin_dir = gin_paths.gin_dir()
+    paths = [gin_paths.resolve(n) for n in names]
+  except FileNotFoundError:
+    return
+  scale = scale_macros(gin_dir)
+  seen = {}  # macro -> (value, --gin_file that set it)
+  for name, path in zip(names, paths):
+    macros = _macros_by_file(path, gin_dir)
+    for macro, (value, origin) in sorted(macros.items()):
+      if (macro in scale and macro in seen and origin != path
+          and seen[macro][0] != value):
+        earlier = seen[macro][1]
+        again = sorted(m for m, (v, o) in macros.items()
+                       if m in scale and m in seen and o == origin
+                       and seen[m][0] != v)
+        raise commands.UsageError(
+            "--gin_file %s includes %s, which sets %s again after the "
+            "earlier --gin_file %s (the later file wins: %s = %s, not %s); "
+            "put the scale file last: --gin_file %s --gin_file %s"
+            % (name, os.path.relpath(origin, gin_dir), ", ".join(again),
+               earlier, macro, value, seen[macro][0], name, earlier))
+    for macro, (value, _) in macros.items():
+      seen[macro] = (value, name)

@@ -110,6 +110,7 @@ def check_common(args, writes=True, purpose=""):
     commands.UsageError: one line naming the flag and the fix.
   """
   prechecks.gin_files(args.gin_file)
+  prechecks.gin_order(args.gin_file)
   prechecks.gin_params(args.gin_param)
   prechecks.directory(args.model_dir, "--model_dir",
                       write=writes or bool(purpose), must_exist=not writes,

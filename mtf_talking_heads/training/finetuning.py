@@ -21,6 +21,7 @@ from mtf_talking_heads.training import checkpoints
 from mtf_talking_heads.training import checks
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import estimator as estimator_lib
+from mtf_talking_heads.training import model_size
 from mtf_talking_heads.training import loop
 from mtf_talking_heads.training import settings as settings_lib
 
@@ -70,7 +71,8 @@ def finetune(model_dir, pretrained_model_dir, gin_files=(), gin_params=(),
     gin.bind_parameter("utils.run.seen_data_init_step", step)
     gin.bind_parameter("mtf_th.warmup_linear_decay.start_step", step)
   loop.require_train_fn()
-  settings, _ = checks.preflight(tpu)
+  settings, description = checks.preflight(tpu)
+  model_size.report(settings, description, tpu, 'finetune')
   checkpoints.check_checkpoint_matches([path], settings,
                                        "--pretrained_model_dir",
                                        missing_ok=True)

@@ -18,6 +18,7 @@ from mtf_talking_heads.training import checkpoints
 from mtf_talking_heads.training import checks
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import estimator as estimator_lib
+from mtf_talking_heads.training import model_size
 from mtf_talking_heads.training import hooks as hooks_lib
 from mtf_talking_heads.training import settings as settings_lib
 
@@ -150,7 +151,8 @@ def train(model_dir, gin_files=(), gin_params=(), train_steps=None, tpu=None,
     extra.append("utils.run.train_steps = %d" % train_steps)
   settings_lib.parse_gin(gin_files, gin_params, extra)
   require_train_fn()
-  settings, _ = checks.preflight(tpu)
+  settings, description = checks.preflight(tpu)
+  model_size.report(settings, description, tpu, 'train')
   if not isinstance(settings.train_steps, int) or settings.train_steps < 1:
     raise errors.ConfigError("train_steps must be a positive integer, got %r"
                              % (settings.train_steps,))
