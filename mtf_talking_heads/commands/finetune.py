@@ -76,7 +76,8 @@ def check_tfds_data(args, training):
   name = (getattr(args, "task", None) or models.query("MIXTURE_NAME") or
           models.query("mesh_train_dataset_fn.mixture_or_task_name"))
   if name:
-    tfds_data.check_data(name, args.data_dir)
+    tfds_data.check_data(name, args.data_dir, name_flag=(
+        "--task" if getattr(args, "task", None) else "MIXTURE_NAME"))
   tfds_data.use_data_dir(args.data_dir)
 
 

@@ -98,12 +98,38 @@ def writer_lock(model_dir):
     dir_lock.release(model_dir)
 
 
+def check_tpu(tpu, tpu_zone=None, gcp_project=None):
+  """Resolves --tpu NAME the way utils.run will, before anything is built.
+
+  A TPU name is looked up through the GCE metadata server and the Cloud TPU
+  API; without them (no network, not on a GCP VM) TensorFlow's resolver
+  fails deep inside utils.run with a long traceback.  A grpc:// address is
+  not looked up.
+
+  Raises:
+    ConfigError: one line naming --tpu and what to give instead.
+  """
+  if not tpu or tpu.startswith("grpc://"):
+    return
+  try:
+    tf.distribute.cluster_resolver.TPUClusterResolver(
+        tpu, zone=tpu_zone, project=gcp_project)
+  except Exception as e:  # pylint: disable=broad-except  (urllib, googleapiclient, ValueError)
+    reason = (str(getattr(e, "reason", "")) or str(e)).splitlines()
+    raise errors.ConfigError(
+        "--tpu %s: cannot resolve this Cloud TPU (%s: %s); run on a GCP VM "
+        "with network access and give --tpu_zone and --gcp_project, or give "
+        "the TPU's address as --tpu grpc://IP:8470" % (
+            tpu, type(e).__name__, reason[0] if reason else "")) from None
+
+
 def run(model_dir, tpu, tpu_zone, gcp_project, fn, settings):
   """utils.run with `fn` as its train_model_fn (None: gin's binding).
 
   How: utils.run builds the TPUEstimator exactly as ``t5_mesh_transformer``
   would from the same gin and passes it to its train_model_fn.
   """
+  check_tpu(tpu, tpu_zone, gcp_project)
   mesh_devices = None if tpu else devices.mesh_devices(settings.mesh_shape)
   kwargs = {} if fn is None else {"train_model_fn": fn}
   with gin.unlock_config(), no_session_recovery(tpu):

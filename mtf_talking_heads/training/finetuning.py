@@ -54,8 +54,8 @@ def finetune(model_dir, pretrained_model_dir, gin_files=(), gin_params=(),
     raise errors.ConfigError(
         "--model_dir must differ from --pretrained_model_dir "
         "(fine-tuning never overwrites pre-training checkpoints)")
-  step, path = checkpoints.checkpoint_paths(pretrained_model_dir,
-                                            checkpoint_step)[0]
+  step, path = checkpoints.checkpoint_paths(
+      pretrained_model_dir, checkpoint_step, "--pretrained_model_dir")[0]
   settings_lib.parse_gin(gin_files, gin_params)
   if finetune_steps is None:
     finetune_steps = models.query("finetune_steps")
@@ -79,6 +79,7 @@ def finetune(model_dir, pretrained_model_dir, gin_files=(), gin_params=(),
   if checkpoints.latest_step(model_dir) is not None:
     checkpoints.check_checkpoint_matches(
         [tf.train.latest_checkpoint(model_dir)], settings)
+  estimator_lib.check_tpu(tpu, tpu_zone, gcp_project)
   tf.io.gfile.makedirs(model_dir)
   print("[finetune] from %s (step %d) to step %d in %s"
         % (path, step, step + finetune_steps, model_dir), file=sys.stderr,

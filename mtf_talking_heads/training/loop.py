@@ -26,10 +26,15 @@ from mtf_talking_heads.training import settings as settings_lib
 def _op_error_message(e, model_dir, step):
   """One line: the failing op, the cause and what to change."""
   failure, fix = errors.op_failure(e)
-  return ("%s at step %s; not a preemption, so not retried. %s. The last "
-          "checkpoint in %s (step %s) is intact and the same command resumes "
-          "from it." % (failure, "?" if step is None else step, fix,
-                        model_dir, checkpoints.latest_step(model_dir)))
+  latest = checkpoints.latest_step(model_dir)
+  where = "before the first step" if step is None else "at step %d" % step
+  if latest is None:
+    after = "%s holds no checkpoint yet" % model_dir
+  else:
+    after = ("the last checkpoint in %s (step %d) is intact and the same "
+             "command resumes from it" % (model_dir, latest))
+  return ("%s %s; not a preemption, so not retried. %s. %s."
+          % (failure, where, fix, after[0].upper() + after[1:]))
 
 
 def _events_files(model_dir):
@@ -159,6 +164,7 @@ def train(model_dir, gin_files=(), gin_params=(), train_steps=None, tpu=None,
   if checkpoints.latest_step(model_dir) is not None:
     checkpoints.check_checkpoint_matches(
         [tf.train.latest_checkpoint(model_dir)], settings)
+  estimator_lib.check_tpu(tpu, tpu_zone, gcp_project)
   tf.io.gfile.makedirs(model_dir)
   with estimator_lib.writer_lock(model_dir):
     estimator_lib.run(model_dir, tpu, tpu_zone, gcp_project, None, settings)
