@@ -745,3 +745,30 @@ def test_python_c_commands(tmp_path):
       stats = json.loads(proc.stdout)
       assert stats["total_bytes"] > 10 ** 6, stats
       assert set(stats["bytes"]) == {"train", "validation"}, stats
+
+
+def _perf_tables(path):
+  """[(command, table lines)] of docs tables introduced by "— `mtf_th perf`"."""
+  lines = open(os.path.join(REPO, path)).read().split("\n")
+  out = []
+  for i, line in enumerate(lines):
+    match = re.search(r"— `(mtf_th perf [^`]*)`$", line)
+    if match and lines[i + 1] == "" and lines[i + 2].startswith("|"):
+      j = i + 2
+      while j < len(lines) and lines[j].startswith("|"):
+        j += 1
+      out.append((match.group(1), lines[i + 2:j]))
+  return out
+
+
+def test_costs_md_perf_tables_are_the_command_output(capsys):
+  """Each perf table of docs/costs.md is what its command prints (pure
+  Python, no kernels: exact)."""
+  from mtf_talking_heads.commands import perf as perf_command  # pylint: disable=g-import-not-at-top
+  tables = _perf_tables("docs/costs.md")
+  assert len(tables) == 7
+  for command, documented in tables:
+    capsys.readouterr()
+    assert perf_command.main(shlex.split(command)[2:]) == 0
+    assert capsys.readouterr().out.rstrip("\n").split("\n") == documented, (
+        command)
