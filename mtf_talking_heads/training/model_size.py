@@ -116,8 +116,14 @@ def describe(settings, description, params):
     parts.append("%s layers%s" % (layers, " per stack" if len(
         description.stacks) > 1 else ""))
   if heads is not None:
-    extra = ["%s %s" % (k, dims[k]) for k in ("heads_k", "heads_v", "groups",
-                                              "d_k", "d_v") if k in dims]
+    groups = dims.get("groups")
+    extra = ["%s %s" % (k, dims[k]) for k in ("heads_k", "heads_v", "d_k",
+                                              "d_v") if k in dims]
+    if groups:  # grouped talking heads: dims are per group
+      extra = ["%d groups of %d" % (groups, heads)] + [
+          "%s %d" % (e.split()[0], int(e.split()[1]) * groups)
+          if e.startswith("heads") else e for e in extra]
+      heads *= groups
     parts.append("heads %s%s" % (heads, (" (%s)" % ", ".join(extra))
                                  if extra else ""))
   parts.append("mesh %s" % (models.query("utils.run.mesh_shape") or "?"))
