@@ -681,7 +681,7 @@ def test_quick_start_trains_evaluates_and_decodes(quick_start):
   # checkpoint 0 depends only on the seed and the data, not on the CPU's
   # kernels beyond rounding: the documented value holds to 0.01
   documented = float(re.search(
-      r"checkpoint 0: ([\d.]+), the same on every machine to 0\.01",
+      r"Checkpoint 0: ([\d.]+), the same on every machine to 0\.01",
       " ".join(open(os.path.join(REPO, "docs", "training.md")).read().split())
   ).group(1))
   assert abs(losses[0] - documented) < 0.01, (losses[0], documented)
