@@ -9,6 +9,7 @@ Imports only the standard library (and gin_paths / dir_lock, which do too).
 import ast
 import os
 import re
+import sys
 
 from mtf_talking_heads import cache_paths
 from mtf_talking_heads import commands
@@ -76,11 +77,6 @@ def not_in_use(path, flag):
     raise commands.UsageError(message)
 
 
-def output_file_dir(path, flag):
-  """A directory that outputs go to: like directory(write=True)."""
-  directory(path, flag, write=True)
-
-
 def checkpoint(path, flag):
   """A directory holding checkpoints, or a checkpoint prefix."""
   if os.path.isdir(path) or os.path.exists(path + ".index") or "://" in path:
@@ -98,7 +94,7 @@ def checkpoint(path, flag):
 def gin_files(names):
   """Every --gin_file exists (in the current directory or gin/)."""
   extra = []
-  gin = __import__("sys").modules.get("gin.config")
+  gin = sys.modules.get("gin.config")
   if gin is not None:  # a --module_import may have added search paths
     extra = [p for p in getattr(gin, "_LOCATION_PREFIXES", []) if p]
   for name in names:
