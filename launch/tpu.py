@@ -216,6 +216,12 @@ def preflight(args):
   except training.ConfigError as e:
     raise ValueError("pre-flight of mtf_th train for %s --parallelism %s: %s"
                      % (args.accelerator, args.parallelism, e))
+  from mtf_talking_heads import fit_check  # pylint: disable=g-import-not-at-top
+  line = fit_check.warning("launch/tpu.py", files, params,
+                           "tpu_v%s" % args.accelerator[1],
+                           devices_of(args.accelerator))
+  if line:
+    print(line, file=sys.stderr)
 
 
 def _build_parser():

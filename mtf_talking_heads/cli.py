@@ -10,6 +10,7 @@ import sys
 COMMANDS = {
     "costs": "mtf_talking_heads.commands.costs",
     "perf": "mtf_talking_heads.commands.perf",
+    "plan": "mtf_talking_heads.commands.plan",
     "train": "mtf_talking_heads.commands.train",
     "eval": "mtf_talking_heads.commands.evaluate",
     "decode": "mtf_talking_heads.commands.decode",

@@ -95,6 +95,14 @@ def _tpu(name, chip_flops, chip_hbm, pod_allreduce, pod_chips, devices,
 
 
 _TPU_HARDWARE = (
+    # TPU v2 (Jouppi et al. 2020, "A Domain Specific Supercomputer for
+    # Training Deep Neural Networks", CACM 63(7), Table 3; cloud.google.com/
+    # tpu/docs/v2 points there): 46 TFLOP/s bf16 and 700 GB/s HBM per chip,
+    # 16 GiB HBM per chip (8 GiB per TensorCore), two TensorCores per chip,
+    # 256-chip pods; ICI 4 links x 496 Gbit/s against v3's 4 x 656: the
+    # all-reduce bandwidth is v3's per chip scaled by 496/656.
+    _tpu("tpu_v2", 46e12, 700e9, 340e12 / 1024 * 256 * 496 / 656, 256, 2,
+         "Jouppi et al. 2020 (CACM), Table 3"),
     # https://cloud.google.com/tpu/docs/v3: 123 TFLOP/s bf16 and HBM2
     # 900 GBps per chip, all-reduce 340 TB/s per 1024-chip pod; two
     # TensorCores per chip, each an mtf device.

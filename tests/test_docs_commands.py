@@ -94,7 +94,7 @@ PROGRAMS = ("mtf_th", "t5_mesh_transformer", "make", "python", "python3",
 SCRIPT_DIRS = ("launch/", "benchmarks/")
 IGNORED_PROGRAMS = ("printf",)  # writes an input file for the next command
 # mtf_th commands that build no graph: run here, output compared with the doc
-PURE_PYTHON = ("costs", "perf")
+PURE_PYTHON = ("costs", "perf", "plan")
 SHELL_LANGUAGES = ("sh", "bash", "shell", "console")
 # a token that stands for something: <row>, ..., a|b (and [optional]
 # parts, see DocCommand.placeholders).  Values such as MY_PROJECT are

@@ -318,7 +318,7 @@ def test_experiment_files_read_as_the_paper_model():
 
 @pytest.mark.parametrize("call,pattern", [
     (lambda: perf.get_hardware("tpu_v9"),
-     r"--hardware 'tpu_v9' is unknown; choose one of: tpu_v3, tpu_v4, "
+     r"--hardware 'tpu_v9' is unknown; choose one of: tpu_v2, tpu_v3, tpu_v4, "
      r"tpu_v5e, cpu"),
     (lambda: perf.predict(perf.paper_model(12, 64), "tpu_v3", "batch:3"),
      r"batch 128 is not divisible .* --mesh_shape"),
@@ -394,8 +394,8 @@ def test_cli_compare_paper(capsys):
 
 @pytest.mark.parametrize("argv,pattern", [
     (["--paper_table", "t5_heads", "--hardware", "h100"],
-     "--hardware 'h100' is unknown; choose one of: tpu_v3, tpu_v4, tpu_v5e, "
-     "cpu"),
+     "--hardware 'h100' is unknown; choose one of: tpu_v2, tpu_v3, tpu_v4, "
+     "tpu_v5e, cpu"),
     (["--hardware", "tpu_v3"], "give --gin_file FILE"),
     (["--gin_file", "models/t5_base.gin", "--compare_paper"],
      "--compare_paper needs --paper_table"),

@@ -208,6 +208,18 @@ def checkpoint_params(args):
   return params
 
 
+def _memory_warning(args):
+  """Pre-flight: one line if the run is predicted not to fit (fit_check).
+  Runs on CPU are checked against this host; a --tpu run by launch/tpu.py,
+  which knows the slice."""
+  if args.tpu:
+    return
+  from mtf_talking_heads import fit_check  # pylint: disable=g-import-not-at-top
+  line = fit_check.warning(PROG, args.gin_file, args.gin_param, "cpu")
+  if line:
+    print(line, file=sys.stderr, flush=True)
+
+
 def main(argv=None):
   parser = commands.ArgumentParser(prog=PROG,
                                     description=__doc__.splitlines()[0])
@@ -217,6 +229,7 @@ def main(argv=None):
   add_checkpoint_flags(parser)
 
   def body(args, training):
+    _memory_warning(args)
     rows = training.train(args.model_dir, args.gin_file,
                           args.gin_param + checkpoint_params(args),
                           train_steps=args.train_steps, tpu=args.tpu,

@@ -1,0 +1,294 @@
+"""Which mesh, layout and strategy: memory.py's fit, perf.py's step time.
+
+Pure Python (no TensorFlow): `mtf_th plan` and the pre-flight warnings of
+`mtf_th train` and launch/tpu.py use it.
+
+For N devices, plan() enumerates
+
+  * mesh shapes batch:B,model:P with B * P = N (the batch divisible by B,
+    the split dims by P: perf.py's checks);
+  * for P > 1, the sharding strategies of sharding.py that apply
+    (STRATEGIES: heads_parallel, batch_split_gathered, batch_split,
+    batch_query_split, query_split, query_split_allgather: Auto's
+    candidates, with their own conditions on batch and length; grouped
+    talking heads and general bilinear run heads-parallel);
+  * heads-parallel with the attention core recomputed in the backward pass
+    (recompute.RecomputeCore: mtf.recompute_grad around the core; not with
+    attention dropout, not around the split strategies' cores, whose
+    custom gradients mtf cannot recompute).
+
+Each candidate's memory per device is memory.predict's; it fits if that is
+at most (1 - margin) of the device's memory (memory.DEVICE_MEMORY).  Its
+step time is perf.predict's (heads-parallel) with, for another strategy,
+the attention layers' ring bytes replaced by that strategy's
+(docs/sharding.md, "The strategies, on paper") and the softmax of the
+variants that mix heads no longer replicated; recomputing adds the
+forward einsums and softmax of the core once more.
+"""
+import collections
+import math
+
+from mtf_talking_heads import memory
+from mtf_talking_heads import perf
+
+STRATEGIES = tuple(memory.STRATEGY_CORES)
+DEFAULT_MARGIN = 0.1
+# Layout rules of the heads dims per variant (the heads-parallel layout
+# perf.py times; comm.default_layout chooses the same).
+_HEADS_RULES = {
+    "multi_head": ("heads",), "general_bilinear": ("heads",),
+    "talking_heads": ("heads_k", "heads_v"),
+    "project_logits": ("heads_k",), "project_weights": ("heads_v",),
+    "grouped_talking_heads": ("groups",),
+}
+# mtf_th class name prefixes (gin/attention/*.gin) and strategy classes.
+_CLASSES = {
+    "multi_head": "MultiHead", "talking_heads": "TalkingHeads",
+    "project_logits": "ProjectLogits", "project_weights": "ProjectWeights",
+    "general_bilinear": "GeneralBilinear",
+    "grouped_talking_heads": "GroupedTalkingHeads",
+}
+_STRATEGY_CLASSES = {
+    "heads_parallel": "HeadsParallel", "batch_split": "BatchSplit",
+    "batch_split_gathered": "GatheredBatchSplit",
+    "batch_query_split": "BatchQuerySplit", "query_split": "QuerySplit",
+    "query_split_allgather": "QuerySplit",
+}
+_SPLIT_ONLY_HEADS = ("grouped_talking_heads", "general_bilinear")
+
+Candidate = collections.namedtuple("Candidate", [
+    "mesh_shape", "strategy", "recompute", "memory", "step_s", "network_s",
+    "fits", "gin"])
+
+
+def attentions(model):
+  """[(placement, Attention, n, m)] of every attention placement."""
+  return [(placement, getattr(model, placement), n, m)
+          for _, n, placements in memory.stacks(model)
+          for placement, m in placements]
+
+
+def layout(model, model_axis):
+  """The layout rules (a string) of the candidate meshes."""
+  rules = ["batch:batch"]
+  if model_axis > 1:
+    heads = []
+    for _, att, _, _ in attentions(model):
+      heads += [r for r in _HEADS_RULES[att.variant] if r not in heads]
+    if "heads" in heads and {"heads_k", "heads_v"} & set(heads):
+      heads.remove("heads")  # P_l[heads_k, heads] may not put both on model
+    rules += ["%s:model" % r for r in heads] + ["d_ff:model", "vocab:model"]
+  return ",".join(rules)
+
+
+def applies(strategy, att, b, n, p):
+  """Whether `strategy` can run `att` on b examples, length n, model axis p."""
+  if strategy == "heads_parallel":
+    return True
+  if p == 1 or att.variant in _SPLIT_ONLY_HEADS:
+    return False
+  if strategy in ("batch_split", "batch_split_gathered"):
+    return b % p == 0
+  if strategy.startswith("query_split"):
+    return n % p == 0
+  p_b = math.gcd(b, p)
+  return n % (p // p_b) == 0
+
+
+def ring_elements(strategy, att, d_model, n, m, b, p, batch_axis=1):
+  """Elements one device sends for one attention layer (docs/sharding.md,
+  "The strategies, on paper"; heads_parallel: perf's formula)."""
+  if strategy == "heads_parallel" or p == 1:
+    return perf.attention_ring_elements(att, d_model, n, m, b, p)
+  f = (p - 1.0) / p
+  hk, h, hv = att.heads_k, att.heads, att.heads_v
+  x = b * n * d_model
+  q, k = b * n * hk * att.d_k, b * m * hk * att.d_k
+  v, o = b * m * hv * att.d_v, b * n * hv * att.d_v
+  hh = (hk * h if att.variant in ("talking_heads", "project_logits") else 0) \
+      + (h * hv if att.variant in ("talking_heads", "project_weights") else 0)
+  groups = 2.0 * (batch_axis - 1) / batch_axis * (1 - 1.0 / p) * hh
+  if strategy == "batch_split_gathered":
+    weights = 2 * d_model * (hk * att.d_k + hv * att.d_v)
+    return 2 * f * x + 2 * f * (weights + hh)
+  base = 4 * f * x + groups
+  if strategy == "batch_split":
+    return base + 2 * f / p * (q + k + v + o) + 2 * f * hh
+  if strategy == "query_split":
+    return base + 2 * f / p * (q + o) + 2 * f * (k + v) + 2 * f * hh
+  if strategy == "query_split_allgather":
+    return (base + 2 * f / p * (q + o) + 3 * f * (k + v) +
+            f * (1 + 2 * b) * hh)
+  p_b = math.gcd(b, p)  # batch_query_split
+  return base + 2 * f / p * (q + o) + 2 * f / p_b * (k + v) + 2 * f * hh
+
+
+def _op_s(op, hw, eff):
+  return max(perf.op_seconds(op, hw, eff))
+
+
+def _core_forward(ops):
+  """The forward ops of the core (J, L*, U*, O einsums and the softmax)."""
+  return [op for op in ops if op.name == "J" or op.name == "O" or (
+      op.name[:1] in ("L", "U") and op.name[1:].isdigit())]
+
+
+def _adjust(model, hw, impl, b, p, batch_axis, strategy, recompute):
+  """(seconds added to perf's step, of which network) by the strategy."""
+  eff = hw.efficiency
+  network = compute = 0.0
+  for placement, att, n, m in attentions(model):
+    s = strategy if applies(strategy, att, b, n, p) else "heads_parallel"
+    ring = (ring_elements(s, att, model.d_model, n, m, b, p, batch_axis) -
+            ring_elements("heads_parallel", att, model.d_model, n, m, b, p))
+    network += ring * impl.activation_bytes / (
+        hw.ici_bytes_per_s * eff.network)
+    ops = perf.attention_ops(att, model.d_model, n, m, b, impl, placement)
+    mixes = att.variant in ("talking_heads", "project_logits",
+                            "project_weights")
+    softmax = sum(_op_s(op, hw, eff) for op in ops if op.name == "softmax")
+    if s != "heads_parallel" and mixes:
+      compute -= softmax * (1 - 1.0 / p)
+    if recompute:
+      whole = mixes and s == "heads_parallel"
+      compute += sum(_op_s(op, hw, eff) for op in _core_forward(ops)) / p
+      compute += softmax * 3.0 / 8 / (1 if whole else p)  # 3 of 8 passes
+  layers = model.num_layers
+  return (network + compute) * layers, network * layers
+
+
+def gin_bindings(model, mesh_shape, strategy, recompute):
+  """The gin bindings that run a candidate (to pass as --gin_param)."""
+  mesh = perf.parse_mesh(mesh_shape)
+  rules = layout(model, mesh["model"])
+  if strategy != "heads_parallel":
+    rules += ",core_shard:model"
+  out = ["mesh_shape = '%s'" % mesh_shape.replace(",", ";"),
+         "layout = '%s'" % rules]
+  inner = "@mtf_th.%s()" % _STRATEGY_CLASSES[strategy]
+  if strategy == "query_split_allgather":
+    out.append("mtf_th.QuerySplit.reduce_scatter = False")
+  if recompute:  # its default inner strategy: HeadsParallel(ordered=False)
+    inner = "@mtf_th.RecomputeCore()"
+  names = []
+  for placement, att, _, _ in attentions(model):
+    prefix = "DynamicProjections" if att.dynamic else _CLASSES[att.variant]
+    name = prefix + ("EncoderAttention" if placement == "encdec"
+                     else "Attention")
+    if name not in names:
+      names.append(name)
+  if strategy != "heads_parallel" or recompute or mesh["model"] > 1:
+    out += ["mtf_th.%s.strategy = %s" % (n, inner) for n in names]
+  return out
+
+
+def mesh_shapes(devices):
+  """batch:B,model:P for every B * P = devices, data parallel first."""
+  return ["batch:%d,model:%d" % (devices // p, p)
+          for p in range(1, devices + 1) if devices % p == 0]
+
+
+def plan(model, hardware, devices, impl=None, margin=DEFAULT_MARGIN,
+         dropout=False, recompute_options=(False, True)):
+  """Every candidate, those that fit first, each group by step time.
+
+  Args:
+    model: a perf.Model (its batch is the whole slice's).
+    hardware: a perf hardware name.
+    devices: the number of mtf devices.
+    impl: a perf implementation name (None: mtf_th on TPUs,
+      mtf_th_float32 on cpu).
+    margin: the fraction of device memory left free.
+    dropout: attention dropout on.
+    recompute_options: which recompute settings to enumerate.
+  Returns:
+    [Candidate], sorted: fitting ones by step time, then the others by
+    memory.
+  Raises:
+    ValueError: naming the bad argument.
+  """
+  hw = perf.get_hardware(hardware)
+  if isinstance(devices, bool) or not isinstance(devices, int) or \
+      devices <= 0:
+    raise ValueError("--devices must be a positive integer, got %r"
+                     % (devices,))
+  if not 0 <= margin < 1:
+    raise ValueError("--margin must be in [0, 1), got %r" % (margin,))
+  impl = memory.implementation(
+      impl or ("mtf_th_float32" if hw.name == "cpu" else "mtf_th"))
+  usable = (1 - margin) * memory.device_memory(hw.name, devices)
+  out = []
+  for shape in mesh_shapes(devices):
+    mesh = perf.parse_mesh(shape)
+    b, p = model.batch // mesh["batch"], mesh["model"]
+    try:  # perf's checks: batch divisible by B, split dims by P
+      base = perf.predict(model, hw, shape, impl)
+    except ValueError:
+      continue
+    rules = layout(model, p)
+    for strategy in STRATEGIES:
+      if not all(applies(strategy, att, b, n, p)
+                 for _, att, n, _ in attentions(model)
+                 if att.variant not in _SPLIT_ONLY_HEADS):
+        continue
+      if strategy != "heads_parallel" and all(
+          att.variant in _SPLIT_ONLY_HEADS
+          for _, att, _, _ in attentions(model)):
+        continue
+      for recompute in recompute_options:
+        if recompute and (strategy != "heads_parallel" or dropout):
+          continue  # recompute.RecomputeCore: heads-parallel, no dropout
+        mem = memory.predict(model, shape, impl, strategy, recompute,
+                             dropout, rules)
+        extra, network = _adjust(model, hw, impl, b, p, mesh["batch"],
+                                 strategy, recompute)
+        out.append(Candidate(
+            shape, strategy, recompute, mem, base["step_s"] + extra,
+            base["network_s"] + network, mem["total"] <= usable,
+            gin_bindings(model, shape, strategy, recompute)))
+  if not out:
+    raise ValueError("no mesh of %d devices splits this model: the batch "
+                     "(%d) and the split dims must divide by its axes; "
+                     "choose another --devices or --batch"
+                     % (devices, model.batch))
+  out.sort(key=lambda c: (not c.fits, c.step_s if c.fits
+                          else c.memory["total"]))
+  return out
+
+
+def usable_bytes(hardware, devices, margin=DEFAULT_MARGIN):
+  return (1 - margin) * memory.device_memory(hardware, devices)
+
+
+def what_would_fit(model, hardware, devices, impl=None, margin=DEFAULT_MARGIN,
+                   dropout=False):
+  """Hints when nothing fits: [text], e.g. "--batch 64 (2 per device)"."""
+  hints = []
+  batch = model.batch
+  while batch > 1:
+    batch //= 2
+    smaller = model._replace(batch=batch)
+    try:
+      if any(c.fits for c in plan(smaller, hardware, devices, impl, margin,
+                                  dropout)):
+        hints.append("--batch %d (%s per device)" % (
+            batch, _per_device(batch, devices)))
+        break
+    except ValueError:
+      continue
+  more = devices
+  for _ in range(6):
+    more *= 2
+    try:
+      if any(c.fits for c in plan(model, hardware, more, impl, margin,
+                                  dropout)):
+        hints.append("--devices %d (a larger slice)" % more)
+        break
+    except ValueError:
+      continue
+  return hints
+
+
+def _per_device(batch, devices):
+  per = batch / devices
+  return ("%d" % per) if per == int(per) else ("%.2g" % per)

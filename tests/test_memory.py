@@ -1,0 +1,140 @@
+"""memory.py: hand-computed cases, and predictions against TensorFlow's
+allocator peak of one training step on logical CPU devices (within 20%).
+
+The measured cases are 3 of memory_measure.CONFIGS' 16 (benchmarks/memory.py
+runs all, docs/costs.md records the run): one device, a batch x model
+mesh, a split strategy (auto_mtf's estimate is the benchmark's: its
+scheduler is slow; the recomputed core's measured peak moves by 30% from
+run to run, docs/costs.md).  RecomputeCore's gradients are checked against
+the core it recomputes.
+"""
+import pytest
+
+from mtf_talking_heads import memory
+from mtf_talking_heads import perf
+
+F32 = "mtf_th_float32"
+
+
+def _lm(variant="multi_head", heads=2, d_k=64, d_model=128, d_ff=256,
+        vocab=256, batch=2, length=8, layers=1, optimizer="adafactor", **kw):
+  tied = variant in ("multi_head", "general_bilinear")
+  att = perf.make_attention(
+      variant, heads, d_k,
+      heads_k=None if tied or variant == "project_weights" else heads,
+      heads_v=None if tied or variant == "project_logits" else heads, **kw)
+  return perf.make_model("lm", layers, d_model, d_ff, vocab, batch, length,
+                         length, dec_self=att, relative_bias=False,
+                         optimizer=optimizer)
+
+
+def test_adafactor_slots_by_hand():
+  # P_q, P_k, P_v, P_o [128, 64, 2]: second-largest dim 64 < 128, one full
+  # slot each; wi [128, 256], wo [256, 128], embedding [256, 128]: factored
+  # (row + column: 384 each); 3 norms [128]: a full slot each.
+  weights, slots, largest = memory.state_elements(_lm())
+  attention = 4 * 128 * 64 * 2
+  assert weights == attention + 3 * 128 * 256 + 3 * 128
+  assert slots == attention + 3 * (128 + 256) + 3 * 128
+  assert largest == 128 * 256
+
+
+def test_adam_keeps_two_slots_and_model_axis_splits():
+  weights, slots, _ = memory.state_elements(_lm(optimizer="adam"))
+  assert slots == 2 * weights
+  # on model:2 everything but the three norms is split
+  split, _, _ = memory.state_elements(_lm(), model_axis=2)
+  assert split == (weights - 3 * 128) / 2 + 3 * 128
+
+
+@pytest.mark.parametrize("variant,kept", [
+    ("multi_head", 1), ("project_logits", 2), ("project_weights", 2),
+    ("talking_heads", 3)])
+def test_core_tensors_kept_per_variant(variant, kept):
+  # b n m h elements, float32, per layer: W; J, W; W, U; J, W, U
+  r = memory.predict(_lm(variant, heads=4, d_k=16, layers=2), "batch:1", F32)
+  assert r["core"] == 2 * kept * (2 * 8 * 8 * 4) * 4
+
+
+def test_heads_parallel_keeps_w_whole_for_talking_heads():
+  # model:2, heads_k and heads_v split: J / 2, W whole (L = J P_l is
+  # all-reduced), U / 2; a split strategy cuts all three
+  model = _lm("talking_heads", heads=4, d_k=16, batch=4)
+  a = 4 * 8 * 8 * 4 * 4
+  assert memory.predict(model, "model:2", F32)["core"] == a / 2 + a + a / 2
+  assert memory.predict(model, "model:2", F32,
+                        strategy="batch_split")["core"] == 3 * a / 2
+  # the layout of gin/layouts/heads_parallel.gin (heads:model) keeps J, U
+  # whole and splits W
+  assert memory.predict(model, "model:2", F32,
+                        layout="heads:model,d_ff:model,vocab:model"
+                        )["core"] == a + a / 2 + a
+
+
+def test_total_is_the_sum_of_its_parts_and_bf16_halves_activations():
+  model = _lm("talking_heads", heads=4, d_k=16, batch=8, length=32)
+  r = memory.predict(model, "batch:2", F32)
+  parts = ("weights", "gradients", "optimizer", "activations", "core",
+           "temporaries")
+  assert r["total"] == sum(r[p] for p in parts)
+  bf16 = memory.predict(model, "batch:2", "mtf")
+  assert bf16["activations"] == r["activations"] / 2
+  assert bf16["weights"] == r["weights"]  # float32 masters either way
+
+
+def test_recompute_keeps_no_core_tensor():
+  model = _lm("talking_heads", heads=4, d_k=16, batch=8, length=32)
+  assert memory.predict(model, recompute=True)["core"] == 0
+
+
+def test_bad_arguments():
+  with pytest.raises(ValueError, match="strategy 'nope' has no memory model"):
+    memory.predict(_lm(), strategy="nope")
+  with pytest.raises(ValueError, match="batch 2 is not divisible by the "
+                     "mesh's batch axis"):
+    memory.predict(_lm(), "batch:4")
+  with pytest.raises(ValueError, match="--hardware 'tpu_v9' is unknown"):
+    memory.device_memory("tpu_v9")
+  assert memory.device_memory("tpu_v2") == 8 * memory.GiB
+
+
+# ---------------------------------------------------------------------------
+# Measured: benchmarks/memory.py's configurations.
+
+MEASURED = ("th_h4_n32_1", "th_h8_n16_b2m2", "th_h8_n32_m4_bsplit")
+
+
+@pytest.fixture(scope="module")
+def measured():
+  from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
+  return {name: (m, p) for name, m, p, _ in
+          memory_measure.compare(MEASURED, auto_mtf=False)}
+
+
+@pytest.mark.parametrize("name", MEASURED)
+def test_prediction_within_20_percent_of_allocator_peak(measured, name):
+  m, p = measured[name]
+  assert 0.8 <= p / m <= 1.2, (name, m, p)
+
+
+def test_recompute_core_gradients_equal_the_core_it_recomputes():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import harness  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import layers  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import recompute  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import sharding  # pylint: disable=g-import-not-at-top
+  out = []
+  for strategy in (sharding.HeadsParallel(), recompute.RecomputeCore()):
+    layer = layers.TalkingHeadsAttention(heads_k=4, heads=4, heads_v=4,
+                                         d_k=8, d_v=8, strategy=strategy)
+    run = harness.Harness([layer], d_model=16, vocab=32, batch=4, length=8,
+                          mesh_shape="model:2",
+                          layout="heads_k:model;heads_v:model")
+    out.append(run.fetch(["loss"] + ["grad:" + k for k in run.grads]))
+    run.close()
+  assert sorted(out[0]) == sorted(out[1])
+  for name in out[0]:
+    np.testing.assert_allclose(out[1][name], out[0][name], atol=1e-6)
+  with pytest.raises(ValueError, match="cannot recompute a core with "
+                     "custom gradients"):
+    recompute.RecomputeCore(sharding.BatchSplit())

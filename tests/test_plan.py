@@ -1,0 +1,181 @@
+"""mtf_th plan: candidates, their numbers, the refusal line, bad input."""
+import csv
+import io
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from mtf_talking_heads import memory
+from mtf_talking_heads import perf
+from mtf_talking_heads import planner
+
+MTF_TH = os.path.join(os.path.dirname(sys.executable), "mtf_th")
+TH24 = "experiments/t5_heads/07_talking_heads_24_32.gin"
+TH48 = "experiments/t5_heads/08_talking_heads_48_16.gin"
+
+
+def _cli(argv, capsys):
+  from mtf_talking_heads import cli  # pylint: disable=g-import-not-at-top
+  status = cli.main(["plan"] + argv)
+  out, err = capsys.readouterr()
+  return status, out, err
+
+
+def test_paper_setup_fits(capsys):
+  # Table 1's talking heads 24 x 32 at the paper's batch 128 on a v3-32:
+  # 4 sequences per core fit (6.74 GiB of 16), data parallel or with a
+  # model axis of 2
+  status, out, err = _cli(["--gin_file", TH24, "--hardware", "tpu_v3",
+                           "--devices", "32", "--format", "csv"], capsys)
+  assert status == 0, err
+  rows = list(csv.DictReader(io.StringIO(out)))
+  assert len(rows) == 10  # --top's default
+  first = [r for r in rows if r["mesh_shape"] == "batch:32,model:1"][0]
+  assert (first["strategy"], first["fits"], first["memory_gib"]) == (
+      "heads_parallel", "yes", "6.74")
+  model = perf.model_from_gin([TH24])
+  mem = memory.predict(model, "batch:32,model:1", "mtf_th",
+                       layout="batch:batch")
+  assert float(first["memory_gib"]) == pytest.approx(
+      mem["total"] / 2 ** 30, abs=0.006)
+  assert float(first["step_s"]) == pytest.approx(
+      perf.predict(model, "tpu_v3", "batch:32,model:1", "mtf_th")["step_s"],
+      abs=1e-4)
+  assert "mesh_shape = 'batch:32;model:1'" in first["gin"]
+  # every row fits, sorted by step time
+  times = [float(r["step_s"]) for r in rows]
+  assert times == sorted(times) and {r["fits"] for r in rows} == {"yes"}
+
+
+def test_split_strategy_rows_and_bindings():
+  model = perf.model_from_gin([TH24], ["batch_size = 16"])
+  cands = planner.plan(model, "tpu_v4", 8)
+  names = {(c.mesh_shape, c.strategy) for c in cands}
+  assert ("batch:1,model:8", "batch_split") in names
+  # the query splits need the length divisible by the model axis: the
+  # decoder's 114 targets are not
+  assert ("batch:1,model:8", "query_split") not in names
+  assert ("batch:4,model:2", "query_split") in names
+  split = [c for c in cands if c.mesh_shape == "batch:1,model:8" and
+           c.strategy == "batch_split"][0]
+  assert "mtf_th.TalkingHeadsAttention.strategy = @mtf_th.BatchSplit()" in \
+      split.gin
+  assert any("core_shard:model" in g for g in split.gin)
+  heads = [c for c in cands if c.mesh_shape == "batch:1,model:8" and
+           c.strategy == "heads_parallel"][0]
+  # the split core keeps 1/8 of W where heads-parallel keeps it whole
+  assert split.memory["core"] < heads.memory["core"]
+
+
+def test_nothing_fits_one_line_and_status_1(capsys):
+  # the paper's batch 128 on a v2-8: 16 sequences per 8 GiB core; even
+  # with the core recomputed talking heads 48 x 16 needs 9.53 GiB
+  status, out, err = _cli(["--gin_file", TH48, "--hardware", "tpu_v2",
+                           "--devices", "8"], capsys)
+  assert status == 1 and not out
+  assert err.count("\n") == 1, err
+  assert err == (
+      "mtf_th plan: nothing fits: the smallest is 9.53 GiB per device "
+      "(batch:8,model:1, heads_parallel+recompute) against 7.20 GiB usable "
+      "of 8.00 GiB on tpu_v2 (10% margin), batch 128 on 8 devices; it "
+      "would fit with --batch 64 (8 per device) or --devices 16 (a larger "
+      "slice)\n")
+
+
+def test_recompute_rows_trade_memory_for_time():
+  model = perf.model_from_gin([TH24])
+  cands = {(c.mesh_shape, c.recompute): c
+           for c in planner.plan(model, "tpu_v3", 8)
+           if c.strategy == "heads_parallel"}
+  plain, again = cands[("batch:8,model:1", False)], cands[("batch:8,model:1",
+                                                            True)]
+  assert (plain.fits, again.fits) == (False, True)
+  assert again.memory["core"] == 0 and plain.memory["core"] > 0
+  assert again.step_s > plain.step_s
+  assert "mtf_th.TalkingHeadsAttention.strategy = @mtf_th.RecomputeCore()" \
+      in again.gin
+
+
+@pytest.mark.parametrize("argv,pattern", [
+    (["--gin_file", TH24, "--hardware", "tpu_v3", "--devices", "0"],
+     "--devices must be a positive integer, got 0"),
+    (["--gin_file", TH24, "--hardware", "tpu_v9", "--devices", "8"],
+     "argument --hardware: invalid choice: 'tpu_v9'"),
+    (["--hardware", "tpu_v3", "--devices", "8"], "give --gin_file FILE"),
+    (["--gin_file", TH24, "--hardware", "tpu_v3", "--devices", "8",
+      "--margin", "1.5"], "--margin must be in [0, 1), got 1.5"),
+    (["--gin_file", TH24, "--hardware", "tpu_v3", "--devices", "3"],
+     "no mesh of 3 devices splits this model"),
+])
+def test_bad_arguments_exit_2(argv, pattern, capsys):
+  status, out, err = _cli(argv, capsys)
+  assert status == 2 and not out
+  assert pattern in err and err.count("\n") == 1, err
+
+
+def test_plan_imports_no_tensorflow(tmp_path):
+  proc = subprocess.run(
+      [MTF_TH, "plan", "--gin_file", TH24, "--hardware", "tpu_v3",
+       "--devices", "32", "--top", "1"], cwd=str(tmp_path),
+      env=dict(os.environ, PYTHONPROFILEIMPORTTIME="1"),
+      capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  heavy = [l for l in proc.stderr.splitlines()
+           if re.search(r"\|\s+(tensorflow|mesh_tensorflow)(\.|$)", l)]
+  assert not heavy, heavy[:3]
+  assert proc.stdout.count("\n") == 3  # header, rule, one row
+
+
+# ---------------------------------------------------------------------------
+# Pre-flight warnings (fit_check): launch/tpu.py and mtf_th train.
+
+def _launch():
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location(
+      "launch_tpu_plan", os.path.join(os.path.dirname(os.path.dirname(
+          os.path.abspath(__file__))), "launch", "tpu.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _launch_argv(accelerator, parallelism):
+  return ["--dry_run", "--name", "th24", "--zone", "z", "--project", "p",
+          "--model_dir", "gs://b/th24", "--experiment", TH24,
+          "--accelerator", accelerator, "--parallelism", parallelism]
+
+
+def test_launch_warns_when_the_slice_is_too_small(capsys):
+  tpu = _launch()
+  # batch 128 data parallel on a v2-8: 16 sequences per 8 GiB core
+  assert tpu.main(_launch_argv("v2-8", "batch")) == 0
+  err = capsys.readouterr().err.splitlines()
+  warnings = [l for l in err if "warning" in l]
+  assert warnings == [
+      "launch/tpu.py: warning: predicted 22.96 GiB per device for mesh "
+      "batch:8 on tpu_v2, more than the 7.20 GiB usable (10% left free); it "
+      "may run out of memory: see mtf_th plan --gin_file "
+      "experiments/t5_heads/07_talking_heads_24_32.gin --hardware tpu_v2 "
+      "--devices 8"]
+  # the paper's v3-32, 4 sequences per core: no warning
+  assert tpu.main(_launch_argv("v3-32", "batch")) == 0
+  assert "warning" not in capsys.readouterr().err
+
+
+def test_train_warns_before_building_a_step_that_cannot_fit(capsys):
+  import argparse  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.commands import train  # pylint: disable=g-import-not-at-top
+  args = argparse.Namespace(gin_file=["models/t5_base.gin"],
+                            gin_param=["batch_size = 65536"], tpu=None)
+  train._memory_warning(args)  # pylint: disable=protected-access
+  (line,) = capsys.readouterr().err.splitlines()
+  assert line.startswith("mtf_th train: warning: predicted ")
+  assert "on cpu" in line and line.endswith(
+      "see mtf_th plan --gin_file models/t5_base.gin --hardware cpu "
+      "--devices 1")
+  args.gin_param = ["batch_size = 2"]
+  train._memory_warning(args)  # pylint: disable=protected-access
+  assert capsys.readouterr().err == ""
