@@ -90,6 +90,51 @@ def mesh_for(accelerator, parallelism):
                    % parallelism)
 
 
+# What --parallelism sets; a gin file or binding that sets one of them too
+# would silently lose to it (or win over it).
+_LAYOUT_SETTINGS = ("mesh_shape", "layout", "utils.run.mesh_shape",
+                    "utils.run.layout_rules")
+
+
+def _gin_text():
+  """mtf_talking_heads.gin_text without TensorFlow (the mtf_th script's
+  light package import; the pre-flight imports what it needs itself)."""
+  if "mtf_talking_heads" not in sys.modules:
+    import mtf_talking_heads_startup  # pylint: disable=g-import-not-at-top
+    mtf_talking_heads_startup.LIGHT_PACKAGE_IMPORT = True
+  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
+  return gin_text
+
+
+def check_layout_choice(args):
+  """The mesh and layout come from --parallelism only.
+
+  Raises:
+    ValueError: naming the gin file or binding that also sets them.
+  """
+  mesh, layout = mesh_for(args.accelerator, args.parallelism)
+  chosen = "--parallelism %s (mesh_shape = '%s', layout = '%s')" % (
+      args.parallelism, mesh, layout)
+  for name in args.gin_file:
+    try:
+      own = _gin_text().own_settings(name)
+    except (OSError, ValueError):
+      continue  # a missing or malformed file: the pre-flight names it
+    clash = [s for s in _LAYOUT_SETTINGS if s in own]
+    if clash:
+      raise ValueError(
+          "--gin_file %s sets %s, which %s overrides; choose the layout "
+          "with --parallelism (model, batch or mixed) and drop %s"
+          % (name, " and ".join(clash), chosen, name))
+  for param in args.gin_param:
+    setting = param.partition("=")[0].strip()
+    if setting in _LAYOUT_SETTINGS:
+      raise ValueError(
+          "--gin_param %r overrides %s; choose the layout with "
+          "--parallelism (model, batch or mixed) and drop the binding"
+          % (param, chosen))
+
+
 def runtime_version(accelerator):
   single_host = devices_of(accelerator) <= 8
   return "tpu-vm-tf-2.15.0-se" if single_host else "tpu-vm-tf-2.15.0-pod-se"
@@ -259,6 +304,7 @@ def main(argv=None):
                        % args.model_dir)
     check_layout_files(args)
     cmds = commands(args)
+    check_layout_choice(args)
     preflight(args)
   except ValueError as e:
     print("%s: error: %s" % (parser.prog, e), file=sys.stderr)

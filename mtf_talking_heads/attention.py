@@ -49,7 +49,9 @@ import collections
 import mesh_tensorflow as mtf
 import tensorflow.compat.v1 as tf
 
-DYNAMIC_TERMS = ("x2l", "m2l", "x2w", "m2w")
+from mtf_talking_heads import spec
+
+DYNAMIC_TERMS = spec.DYNAMIC_TERMS
 
 
 class AttentionDims(collections.namedtuple(
@@ -91,17 +93,7 @@ class AttentionDims(collections.namedtuple(
 
 def _to_dim(value, default_name, param):
   """An int, (name, size) pair or Dimension -> a Dimension of positive size."""
-  if isinstance(value, int):
-    value = (default_name, value)
-  try:
-    dim = mtf.convert_to_dimension(value)
-  except (TypeError, ValueError):
-    raise ValueError("%s must be an int or a (name, size) pair, got %r"
-                     % (param, value))
-  if not isinstance(dim.size, int) or dim.size <= 0:
-    raise ValueError("%s must have a positive size, got %r; set %s to a "
-                     "positive integer" % (param, value, param))
-  return dim
+  return mtf.Dimension(*spec.dim_pair(value, default_name, param))
 
 
 def _per_group(dims, groups):

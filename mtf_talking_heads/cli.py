@@ -19,6 +19,7 @@ COMMANDS = {
     "sweep": "mtf_talking_heads.commands.sweep",
     "visualize": "mtf_talking_heads.commands.visualize",
     "demo": "mtf_talking_heads.commands.demo",
+    "server": "mtf_talking_heads.commands.server",
 }
 
 

@@ -47,11 +47,12 @@ from mesh_tensorflow import placement_mesh_impl
 from mtf_talking_heads import costs
 from mtf_talking_heads import harness
 from mtf_talking_heads import layers
+from mtf_talking_heads import prices
 from mtf_talking_heads import sharding
+from mtf_talking_heads import spec as spec_lib
 from mtf_talking_heads import validation
 
-VARIANTS = ("multi_head", "talking_heads", "project_logits",
-            "project_weights", "grouped_talking_heads")
+VARIANTS = spec_lib.SHARDED_VARIANTS
 COLUMNS = ("variant", "strategy", "mesh_shape", "layout", "allreduce",
            "alltoall", "allconcat", "einsum_replication",
            "max_slice_elements", "ring_bytes_per_device")
@@ -89,35 +90,26 @@ def make_config(variant, heads, d_k, d_v, d_model, length, batch,
   resolved = costs.resolve_config(variant, heads_k, heads, heads_v, d_k, d_v,
                                   d_model, length, dynamic=dynamic,
                                   groups=groups)
-  if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0:
-    raise ValueError("batch must be a positive integer, got %r" % (batch,))
+  batch = spec_lib.positive_int("batch", batch)
   return Config(variant, resolved["heads_k"], resolved["heads"],
                 resolved["heads_v"], resolved["d_k"], resolved["d_v"],
                 resolved["d_model"], resolved["length"], batch,
                 resolved["dynamic"], resolved["groups"])
 
 
+def attention_spec(config):
+  """The spec.AttentionSpec of a Config."""
+  return spec_lib.AttentionSpec(config.variant, config.heads_k, config.heads,
+                                config.heads_v, config.d_k, config.d_v,
+                                config.dynamic, config.groups)
+
+
 def make_layer(config, strategy=None):
   """The attention layer (mtf_th class) for `config` with `strategy`."""
-  kwargs = dict(d_k=config.d_k, d_v=config.d_v, strategy=strategy)
-  if config.variant == "multi_head":
-    return layers.MultiHeadAttention(heads=config.heads, **kwargs)
-  if config.variant == "project_logits":
-    return layers.ProjectLogitsAttention(heads_k=config.heads_k,
-                                         heads=config.heads, **kwargs)
-  if config.variant == "project_weights":
-    return layers.ProjectWeightsAttention(heads=config.heads,
-                                          heads_v=config.heads_v, **kwargs)
-  if config.variant == "grouped_talking_heads":
-    return layers.GroupedTalkingHeadsAttention(
-        heads_k=config.heads_k, heads=config.heads, heads_v=config.heads_v,
-        groups=config.groups, dynamic=config.dynamic, **kwargs)
-  return layers.TalkingHeadsAttention(
-      heads_k=config.heads_k, heads=config.heads, heads_v=config.heads_v,
-      dynamic=config.dynamic, **kwargs)
+  return layers.layer_for_spec(attention_spec(config), strategy=strategy)
 
 
-def default_layout(layer, mesh_shape, d_model=768):
+def default_layout(layer, mesh_shape):
   """Heads-parallel layout that stores every attention weight it can sharded.
 
   "batch" (if the mesh has it) -> batch; on "model": heads_k, then heads_v,
@@ -136,26 +128,15 @@ def default_layout(layer, mesh_shape, d_model=768):
     raise ValueError("no default layout for mesh axis %r (mesh_shape %r); "
                      "pass --layout" % (other[0], mesh_shape))
   rules = ["batch:batch"] if "batch" in axes else []
-  if "model" in axes and layer.dims.groups is not None:
-    rules.append("%s:model" % layer.dims.groups.name)
-  elif "model" in axes:
-    shapes = [set(d.name for d in s) for s in
-              layer.weight_shapes(mtf.Dimension("d_model", d_model)).values()]
-    chosen = []
-    for d in (layer.dims.heads_k, layer.dims.heads_v):
-      if d.name in chosen:
-        continue
-      if any(d.name in s and s & set(chosen) for s in shapes):
-        continue
-      chosen.append(d.name)
-    rules += ["%s:model" % name for name in chosen]
+  if "model" in axes:
+    rules += ["%s:%s" % r for r in prices.heads_parallel_layout(layer.dims)]
   return ";".join(rules)
 
 
 def full_layout(layout, pairs):
   """`layout` plus the (dim, axis) `pairs` it lacks (e.g. a strategy's
   layout_rules()), in order."""
-  rules = [r for r in re.split(r"[;,\s]+", layout or "") if r]
+  rules = spec_lib.split_rules(layout)
   for pair in pairs:
     rule = "%s:%s" % pair
     if rule not in rules:
@@ -224,12 +205,19 @@ def core_activation_slices(lowering, dims):
 def check_config(config, mesh_shape, layout=None):
   """The checks every strategy makes (divisibility, obstacle 1), no graph.
 
+  First every rule of `layout` must name an axis of the mesh (or batch /
+  model) and a dim of the unit (spec.check_layout_names): a misspelt one
+  would otherwise be ignored and report 0 bytes.
+
   Raises:
     ValueError: naming the dim and mesh axis.
   """
   layer = make_layer(config)
   if layout is None:
-    layout = default_layout(layer, mesh_shape, config.d_model)
+    layout = default_layout(layer, mesh_shape)
+  spec_lib.check_layout_names(
+      layout, [name for name, _ in spec_lib.parse_mesh_shape(mesh_shape)],
+      spec_lib.unit_dim_names(attention_spec(config)), what="--layout")
   sharding.HeadsParallel().check(layer.dims, mesh_shape, layout,
                                  config.batch, config.length)
   mesh = sharding.MeshLayout(mesh_shape, layout)
@@ -246,7 +234,7 @@ def _setup(config, strategy_name, mesh_shape, layout):
   strategy = sharding.make_strategy(strategy_name)
   layer = make_layer(config, strategy)
   if layout is None:
-    layout = default_layout(layer, mesh_shape, config.d_model)
+    layout = default_layout(layer, mesh_shape)
   if not isinstance(strategy, sharding.Auto):
     layout = full_layout(layout, strategy.layout_rules())
   return strategy, layer, layout
@@ -289,8 +277,7 @@ def measure(config, strategy_name, mesh_shape, layout=None, vocab=128,
     name = "auto:" + strategy.picked
     layout = full_layout(layout, validation.parse_layout(run.model.layout))
   result = dict(
-      variant=costs.variant_label(config.variant, config.dynamic,
-                                  config.groups),
+      variant=attention_spec(config).label,
       strategy=name, mesh_shape=mesh.mesh_shape_string,
       layout=layout, allreduce=summary["allreduce"],
       alltoall=summary["alltoall"], allconcat=summary["allconcat"],

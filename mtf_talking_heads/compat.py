@@ -92,6 +92,41 @@ def estimator_session_config(num_cpu_devices, base=None):
   return config
 
 
+@contextlib.contextmanager
+def bounded_session_close(timeout_secs):
+  """Breakage 12: Session.close() on a cluster waits forever for a lost task.
+
+  After a worker of a tf.distribute.Server cluster dies mid-run, the step
+  fails at once (UnavailableError), but closing the session (which
+  MonitoredSession does before the error reaches us) blocks in
+  TF_CloseSession with no deadline, so the command hangs.  Inside this
+  context a close that takes longer than `timeout_secs` is abandoned (its
+  C session is leaked, not deleted: deleting would wait too).
+  """
+  import threading  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.client import session as session_lib  # pylint: disable=g-direct-tensorflow-import,g-import-not-at-top
+  original = session_lib.BaseSession.close
+
+  def close(self):
+    done = threading.Event()
+
+    def run():
+      try:
+        original(self)
+      finally:
+        done.set()
+    threading.Thread(target=run, daemon=True).start()
+    if not done.wait(timeout_secs):
+      self._closed = True  # pylint: disable=protected-access
+      self._session = None  # pylint: disable=protected-access
+
+  session_lib.BaseSession.close = close
+  try:
+    yield
+  finally:
+    session_lib.BaseSession.close = original
+
+
 _LOGICAL_CPUS = []
 
 
@@ -149,6 +184,101 @@ def split_cpu(num_devices):
 _IMPORT_NOISE = ("Unable to register cuDNN factory",
                  "Unable to register cuFFT factory",
                  "Unable to register cuBLAS factory")
+
+
+def configure_estimator(estimator, seed):
+  """Breakage 3 (continued) and TF1 ref variables: sets the estimator's
+  private RunConfig (Estimator has no setter): the seed, every logical CPU
+  device (estimator_session_config), and resource variables.
+
+  Resource variables matter for reproducibility: with TF1 ref variables (what
+  tf.disable_v2_behavior() selects) a read aliases the variable's buffer, so
+  a gradient op that runs after the optimizer's assign to the same weight
+  (nothing orders them) sees the updated value: two runs with the same seed
+  and data then differ from the second step on.  A resource read is a copy.
+  """
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+  tf.enable_resource_variables()
+  config = estimator._config  # pylint: disable=protected-access
+  changes = {"tf_random_seed": seed}
+  if not config.master and _LOGICAL_CPUS:
+    changes["session_config"] = estimator_session_config(
+        len(_LOGICAL_CPUS), base=config.session_config)
+  config = config.replace(**changes)
+  estimator._config = config  # pylint: disable=protected-access
+  estimator._session_config = config.session_config  # pylint: disable=protected-access
+
+
+@contextlib.contextmanager
+def no_session_recovery(tpu):
+  """Breakage: TF's MonitoredSession retries AbortedError/UnavailableError forever.
+
+  Sets two private module constants (no public switch exists).
+
+  It treats both as a preemption and rebuilds the session (rewriting the
+  graph to the events file) in an endless loop, e.g. on a oneDNN kernel's
+  AbortedError; and TPUEstimator (which utils.run uses on CPU too) drops
+  both when they reach it, so a run stopped by one would end as if it had
+  succeeded.  On CPU nothing can be preempted, so no error is retried or
+  dropped; on a TPU only UnavailableError (a lost worker) is.
+  """
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.training import monitored_session  # pylint: disable=g-import-not-at-top
+  from tensorflow_estimator.python.estimator.tpu import error_handling  # pylint: disable=g-import-not-at-top
+  saved = (monitored_session._PREEMPTION_ERRORS,  # pylint: disable=protected-access
+           error_handling._IGNORED_ERRORS)  # pylint: disable=protected-access
+  recoverable = (tf.errors.UnavailableError,) if tpu else ()
+  monitored_session._PREEMPTION_ERRORS = recoverable  # pylint: disable=protected-access
+  error_handling._IGNORED_ERRORS = recoverable  # pylint: disable=protected-access
+  try:
+    yield
+  finally:
+    (monitored_session._PREEMPTION_ERRORS,  # pylint: disable=protected-access
+     error_handling._IGNORED_ERRORS) = saved  # pylint: disable=protected-access
+
+
+def layout_pairs(layout):
+  """Breakage: mtf 0.1.21's LayoutRules neither lists nor adds its rules.
+
+  Returns the rules' own set of (tensor dim, mesh axis) pairs (mutable:
+  add_layout_rules grows it).
+  """
+  return layout._pairs  # pylint: disable=protected-access
+
+
+def add_layout_rules(layout, rules):
+  """Adds the missing (tensor dim, mesh axis) `rules` to an mtf.LayoutRules.
+
+  t5's utils.run converts the gin layout to one mtf.LayoutRules and hands
+  that object both to the model (context.model.layout) and to the mesh
+  implementation that lowers the graph, so a rule added while the model is
+  built (sharding.Auto's) is in the layout the graph is lowered with.
+  LayoutRules has no method to add one (see layout_pairs).
+
+  Returns:
+    the pairs added (those the layout did not have).
+  """
+  pairs = layout_pairs(layout)
+  added = [tuple(r) for r in rules if tuple(r) not in pairs]
+  pairs.update(added)
+  return added
+
+
+def gin_bindings():
+  """Breakage: gin-config 0.5 has no public view of the parsed bindings.
+
+  Returns gin's private {(scope, selector): {param: value}} (read only:
+  gin_checks looks for bindings nothing reads).
+  """
+  import gin  # pylint: disable=g-import-not-at-top
+  return gin.config._CONFIG  # pylint: disable=protected-access
+
+
+def gin_configurable(selector):
+  """Breakage: gin-config 0.5 has no public lookup of a configurable by a
+  (partial) selector; its private registry's get_match (None if unknown)."""
+  import gin  # pylint: disable=g-import-not-at-top
+  return gin.config._REGISTRY.get_match(selector)  # pylint: disable=protected-access
 
 
 @contextlib.contextmanager

@@ -45,24 +45,20 @@ Example:
   1912602624
 """
 import collections
-import numbers
 
-VARIANTS = ("multi_head", "talking_heads", "project_logits",
-            "project_weights", "general_bilinear", "grouped_talking_heads")
-DYNAMIC_TERMS = ("x2l", "m2l", "x2w", "m2w")
+from mtf_talking_heads import spec as spec_lib
+
+VARIANTS = spec_lib.COSTED_VARIANTS
+DYNAMIC_TERMS = spec_lib.DYNAMIC_TERMS
 # How dynamic terms are counted: as the layers compute them, as the paper's
 # tables print them, or as the pseudocode writes them (module docstring).
 FOLDINGS = ("code", "paper", "none")
 COLUMNS = ("variant", "heads_k", "heads", "heads_v", "d_k", "d_v",
            "params", "multiplies")
 
-# Which variants have a logits projection P_l[h_k, h] / weights projection
-# P_w[h, h_v]; a dynamic term needs the projection it adds to.
-_HAS_P_L = ("talking_heads", "project_logits", "grouped_talking_heads")
-_HAS_P_W = ("talking_heads", "project_weights", "grouped_talking_heads")
-GROUPED = "grouped_talking_heads"
-_LOGITS_TERMS = ("x2l", "m2l")
-_WEIGHTS_TERMS = ("x2w", "m2w")
+GROUPED = spec_lib.GROUPED
+_LOGITS_TERMS = spec_lib.LOGITS_TERMS
+_WEIGHTS_TERMS = spec_lib.WEIGHTS_TERMS
 # Dynamic term -> (generator name, R name, dynamic-einsum name, source).
 _DYNAMIC_NAMES = {
     "x2l": ("P_Xl", "R_Xl", "L_Xl", "X"),
@@ -70,6 +66,7 @@ _DYNAMIC_NAMES = {
     "x2w": ("P_Xw", "R_Xw", "U_Xw", "X"),
     "m2w": ("P_Mw", "R_Mw", "U_Mw", "M"),
 }
+variant_label = spec_lib.variant_label
 
 
 def _product(factors):
@@ -77,75 +74,6 @@ def _product(factors):
   for f in factors:
     result *= f
   return result
-
-
-def _positive_int(name, value, hint=""):
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-    raise ValueError("%s must be a positive integer, got %r%s"
-                     % (name, value, hint))
-  if value <= 0:
-    raise ValueError("%s must be a positive integer, got %d%s"
-                     % (name, value, hint))
-  return int(value)
-
-
-def _tied(name, value, variant, heads, why):
-  """heads_k / heads_v of a variant where it must equal heads."""
-  if value is None:
-    return heads
-  value = _positive_int(name, value)
-  if value != heads:
-    raise ValueError(
-        "%s=%d conflicts with heads=%d: variant %r %s, so %s = heads; "
-        "leave %s unset or set it to %d"
-        % (name, value, heads, variant, why, name, name, heads))
-  return value
-
-
-def _outer_heads(name, value, variant, heads, projected, one_sided, why):
-  """heads_k (or heads_v): free where P_l (P_w) exists, else tied to heads.
-
-  Args:
-    name: "heads_k" or "heads_v".
-    value: the caller's value (None: heads).
-    variant: the attention variant.
-    heads: h.
-    projected: the variants with the projection (_HAS_P_L or _HAS_P_W).
-    one_sided: the variant with only the other projection.
-    why: the reason `one_sided` ties it.
-  Returns:
-    the positive int.
-  Raises:
-    ValueError: naming the parameter.
-  """
-  if variant in projected:
-    return heads if value is None else _positive_int(name, value)
-  return _tied(name, value, variant, heads, why if variant == one_sided
-               else "has a single heads dimension")
-
-
-def _parse_dynamic(dynamic):
-  """A tuple of dynamic terms in canonical order (from a sequence or 'a,b')."""
-  if dynamic is None:
-    return ()
-  if isinstance(dynamic, str):
-    items = [t.strip() for t in dynamic.split(",") if t.strip()]
-  else:
-    try:
-      items = list(dynamic)
-    except TypeError:
-      raise ValueError("dynamic must be a sequence of terms from %s (or a "
-                       "comma-separated string), got %r"
-                       % (", ".join(DYNAMIC_TERMS), dynamic)) from None
-  for term in items:
-    if term not in DYNAMIC_TERMS:
-      raise ValueError("dynamic term %r is unknown; choose a subset of %s"
-                       % (term, ", ".join(DYNAMIC_TERMS)))
-  repeated = sorted({t for t in items if items.count(t) > 1})
-  if repeated:
-    raise ValueError("dynamic lists %s more than once; give each term once"
-                     % ", ".join(repeated))
-  return tuple(t for t in DYNAMIC_TERMS if t in items)
 
 
 def _parse_folding(fold_dynamic):
@@ -159,36 +87,6 @@ def _parse_folding(fold_dynamic):
                    % (", ".join(repr(f) for f in FOLDINGS), fold_dynamic))
 
 
-def variant_label(variant, dynamic=(), groups=None):
-  """The variant as tables print it: "talking_heads+x2l",
-  "grouped_talking_heads(groups=8)"."""
-  label = "+".join((variant,) + tuple(dynamic))
-  return label if groups is None else "%s(groups=%d)" % (label, groups)
-
-
-def _check_groups(variant, groups, heads_k, heads, heads_v):
-  """groups: required (a divisor of each heads size) for grouped talking
-  heads, None for every other variant."""
-  if variant != GROUPED:
-    if groups is not None:
-      raise ValueError(
-          "groups=%r is only for variant %r; drop groups or use that "
-          "variant" % (groups, GROUPED))
-    return None
-  if groups is None:
-    raise ValueError("groups is required for variant %r (the number of "
-                     "head groups g, e.g. 8)" % GROUPED)
-  groups = _positive_int("groups", groups)
-  for name, value in (("heads_k", heads_k), ("heads", heads),
-                      ("heads_v", heads_v)):
-    if value % groups:
-      raise ValueError(
-          "groups=%d does not divide %s=%d: each of heads_k, heads, heads_v "
-          "must be a multiple of groups; choose groups among their common "
-          "divisors" % (groups, name, value))
-  return groups
-
-
 def resolve_config(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
                    length, dynamic=(), fold_dynamic="code", groups=None):
   """Validates the arguments of attention_costs; returns them normalized.
@@ -199,60 +97,17 @@ def resolve_config(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
   Raises ValueError naming the offending parameter and the fix; nothing is
   computed before every argument has been checked.
   """
-  if not isinstance(variant, str) or variant not in VARIANTS:
-    hint = ""
-    if isinstance(variant, str) and variant.replace("-", "_") in VARIANTS:
-      hint = " (did you mean %r?)" % variant.replace("-", "_")
-    raise ValueError("variant=%r is not supported%s; choose one of: %s"
-                     % (variant, hint, ", ".join(VARIANTS)))
-  heads = _positive_int("heads", heads)
-  d_model = _positive_int("d_model", d_model)
-  length = _positive_int("length", length)
-
-  heads_k = _outer_heads("heads_k", heads_k, variant, heads, _HAS_P_L,
-                         "project_weights",
-                         "has no logits projection P_l[h_k, h]")
-  heads_v = _outer_heads("heads_v", heads_v, variant, heads, _HAS_P_W,
-                         "project_logits",
-                         "has no weights projection P_w[h, h_v]")
-
-  if variant == "general_bilinear":
-    for name, value in (("d_k", d_k), ("d_v", d_v)):
-      if value is not None and (
-          isinstance(value, bool) or value != d_model):
-        raise ValueError(
-            "%s=%r conflicts with d_model=%d: general_bilinear has no "
-            "separate key/value projections (its P[d_X, d_M, h] and "
-            "Q[d_M, d_Y, h] act on d_model), so %s = d_model; leave %s unset "
-            "or set it to %d" % (name, value, d_model, name, name, d_model))
-    d_k = d_v = d_model
-  else:
-    for name, value, what in (("d_k", d_k, "key"), ("d_v", d_v, "value")):
-      if value is None:
-        raise ValueError("%s is required for variant %r (the per-head %s "
-                         "size, e.g. 64)" % (name, variant, what))
-    d_k = _positive_int("d_k", d_k)
-    d_v = _positive_int("d_v", d_v)
-
-  dynamic = _parse_dynamic(dynamic)
-  for term in dynamic:
-    if variant not in _HAS_P_L + _HAS_P_W:
-      raise ValueError(
-          "dynamic=%s needs a talking-heads projection, which variant %r "
-          "does not have; use variant='talking_heads' (or drop dynamic)"
-          % (",".join(dynamic), variant))
-    if term in _LOGITS_TERMS and variant not in _HAS_P_L:
-      raise ValueError(
-          "dynamic term %r adds to the logits projection P_l, which variant "
-          "%r does not have; use variant='talking_heads' or "
-          "'project_logits', or drop %r" % (term, variant, term))
-    if term in _WEIGHTS_TERMS and variant not in _HAS_P_W:
-      raise ValueError(
-          "dynamic term %r adds to the weights projection P_w, which variant "
-          "%r does not have; use variant='talking_heads' or "
-          "'project_weights', or drop %r" % (term, variant, term))
+  spec_lib.check_variant(variant, VARIANTS)
+  heads = spec_lib.positive_int("heads", heads)
+  d_model = spec_lib.positive_int("d_model", d_model)
+  length = spec_lib.positive_int("length", length)
+  spec = spec_lib.make_spec(variant, heads, d_k, d_v, heads_k, heads_v,
+                            dynamic, groups, d_model)
+  heads_k, heads_v, dynamic, groups = (spec.heads_k, spec.heads_v,
+                                       spec.dynamic, spec.groups)
+  d_k, d_v = ((d_model, d_model) if variant == spec_lib.BILINEAR
+              else (spec.d_k, spec.d_v))
   fold_dynamic = _parse_folding(fold_dynamic)
-  groups = _check_groups(variant, groups, heads_k, heads, heads_v)
   return dict([
       ("variant", variant), ("heads_k", heads_k), ("heads", heads),
       ("heads_v", heads_v), ("d_k", d_k), ("d_v", d_v), ("d_model", d_model),
@@ -305,8 +160,8 @@ def attention_terms(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
     mults["WM"] = (n, m, d, h)    # W[n, m, h] . M[m, d_M] -> [n, d_M, h]
     mults["Y"] = (n, d, d, h)     # . Q[d_M, d_Y, h] -> Y[n, d_Y]
   else:
-    has_l = variant in _HAS_P_L
-    has_w = variant in _HAS_P_W
+    has_l = spec_lib.VARIANT[variant].project_logits
+    has_w = spec_lib.VARIANT[variant].project_weights
     params["P_q"] = (d, d_k, h_k)
     params["P_k"] = (d, d_k, h_k)
     params["P_v"] = (d, d_v, h_v)

@@ -17,7 +17,7 @@ from mtf_talking_heads import planner
 
 def _config(gin_files, gin_params):
   from mtf_talking_heads import gin_paths  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.sweep import gin_reader  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import gin_text as gin_reader  # pylint: disable=g-import-not-at-top
   return gin_reader.GinConfig(gin_files, gin_params, gin_paths.gin_dir())
 
 

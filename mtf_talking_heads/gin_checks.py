@@ -20,6 +20,8 @@ import difflib
 import gin
 from gin import config_parser
 
+from mtf_talking_heads import compat
+
 TPU_MESH_SHAPE = "mesh_tensorflow.transformer.utils.tpu_mesh_shape"
 MTF_MODEL = "t5.models.mtf_model.MtfModel"
 _MACRO = "gin.macro"
@@ -90,7 +92,7 @@ def models_query(name, default):
 
 def references():
   """(macro names, configurable selectors) referenced by the parsed config."""
-  config = gin.config._CONFIG  # pylint: disable=protected-access
+  config = compat.gin_bindings()
   found = []
   for (scope, selector), params in config.items():
     for param, value in params.items():
@@ -106,7 +108,7 @@ def references():
 
 
 def defined_macros():
-  return sorted(scope for scope, selector in gin.config._CONFIG  # pylint: disable=protected-access
+  return sorted(scope for scope, selector in compat.gin_bindings()
                 if selector == _MACRO)
 
 
@@ -155,7 +157,7 @@ def _mesh_message(param, configurable, arg_name, value):
 
 
 def _check_configurable(param, statement, used_configurables):
-  configurable = gin.config._REGISTRY.get_match(statement.selector)  # pylint: disable=protected-access
+  configurable = compat.gin_configurable(statement.selector)
   if configurable is None or not _reference_only(configurable):
     return
   if configurable.selector in used_configurables:
@@ -165,7 +167,7 @@ def _check_configurable(param, statement, used_configurables):
                                    statement.value))
   peers = sorted(
       _short(s) for s in used_configurables
-      if _reference_only(gin.config._REGISTRY.get_match(s)))  # pylint: disable=protected-access
+      if _reference_only(compat.gin_configurable(s)))
   raise ValueError(
       "--gin_param %r binds %s, which this configuration never uses (no "
       "@%s in any layer stack or binding), so it would change nothing.%s "

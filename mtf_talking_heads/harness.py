@@ -11,7 +11,6 @@ Example:
                         mesh_shape="model:4", layout="heads:model")
   out = run.fetch(["loss", "logits"] + run.grad_names)
 """
-import os
 
 import gin
 import mesh_tensorflow as mtf
@@ -20,24 +19,25 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import compat
-
-DEFAULTS_GIN = os.path.join(os.path.dirname(transformer.__file__), "gin",
-                            "defaults.gin")
-
+from mtf_talking_heads import models
 
 def parse_mtf_defaults():
   """Parses mtf's defaults.gin once (LayerStack sublayers etc.), no dropout."""
   if not getattr(parse_mtf_defaults, "done", False):
     with gin.unlock_config():
-      gin.parse_config_file(DEFAULTS_GIN)
+      gin.parse_config_file(models.MTF_DEFAULTS_GIN)
       gin.parse_config("dropout_rate = 0.0")
     parse_mtf_defaults.done = True
 
 
-def mesh_impl(mesh_shape, layout, impl_cls=None):
-  """PlacementMeshImpl (or subclass `impl_cls`) on logical CPUs for `mesh_shape`."""
+def mesh_impl(mesh_shape, layout, impl_cls=None, devices=None):
+  """PlacementMeshImpl (or subclass `impl_cls`) on logical CPUs for `mesh_shape`.
+
+  devices: the mesh's devices in slot order (default: this process's
+  logical CPUs), e.g. cluster.device_names(2, 1) for two servers.
+  """
   shape = mtf.convert_to_shape(mesh_shape)
-  devices = compat.split_cpu(max(shape.size, 1))
+  devices = devices or compat.split_cpu(max(shape.size, 1))
   return (impl_cls or mtf.placement_mesh_impl.PlacementMeshImpl)(
       shape, mtf.convert_to_layout_rules(layout), devices[:max(shape.size, 1)])
 
@@ -50,6 +50,10 @@ def _to_export_dtype(x):
 class Harness(object):
   """A Unitransformer over `layers`, lowered on `mesh_shape` with `layout`.
 
+  devices, target, config: the mesh's devices in slot order and the
+  session's target and ConfigProto (default: this process's logical CPUs,
+  an in-process session), e.g. a cluster of `mtf_th server` tasks.
+
   Attributes after construction:
     graph: the tf.Graph; lowering: the mtf.Lowering (counters etc.);
     outputs: {"loss", "logits"} tf tensors; grads: {variable name: tf tensor};
@@ -60,9 +64,8 @@ class Harness(object):
                mesh_shape="", layout="", autoregressive=True,
                activation_dtype=tf.float32, master_dtype=tf.float32,
                seed=1234, optimizer_step=False, learning_rate=0.1,
-               inputs=None, name="decoder", extra_layout_dims=(), run=True,
-               mesh_impl_cls=None):
-    del extra_layout_dims
+               inputs=None, name="decoder", run=True, mesh_impl_cls=None,
+               devices=None, target="", config=None):
     parse_mtf_defaults()
     # one LayoutRules for the model and the mesh implementation, as t5's
     # utils.run does (sharding.Auto may add its rule while the model builds)
@@ -103,7 +106,8 @@ class Harness(object):
       exported_grads = [_to_export_dtype(g) for g in grads]
       # autostack=False keeps one master per variable, so assign() works
       self.lowering = mtf.Lowering(
-          mtf_graph, {mesh: mesh_impl(mesh_shape, layout, mesh_impl_cls)},
+          mtf_graph, {mesh: mesh_impl(mesh_shape, layout, mesh_impl_cls,
+                                      devices)},
           autostack=False)
       self.outputs = {name: self.lowering.export_to_tf_tensor(t)
                       for name, t in exported.items()}
@@ -124,7 +128,7 @@ class Harness(object):
       self.copy_op = self.lowering.copy_masters_to_slices()
       self.session = None
       if run:  # run=False: lowering only (accounting of big configurations)
-        self.session = tf.Session(graph=self.graph)
+        self.session = tf.Session(target, graph=self.graph, config=config)
         self.session.run(self.init_op)
         self.session.run(self.copy_op)
 

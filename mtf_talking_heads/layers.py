@@ -41,6 +41,7 @@ import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import attention
 from mtf_talking_heads import sharding
+from mtf_talking_heads import spec as spec_lib
 
 _WEIGHT_TERMS = {"x2l": "p_xl", "m2l": "p_ml", "x2w": "p_xw", "m2w": "p_mw"}
 _RELATIVE_TYPES = (None, "bias", "bias_shared")
@@ -331,16 +332,7 @@ def _pair(value, default_name):
   Validated here because the variants pass `heads` on as heads_k / heads_v,
   and an error must name the parameter the caller set (`default_name`).
   """
-  pair = (default_name, value) if isinstance(value, int) else value
-  try:
-    size = mtf.convert_to_dimension(pair).size
-  except (TypeError, ValueError):
-    raise ValueError("%s must be an int or a (name, size) pair, got %r"
-                     % (default_name, value))
-  if not isinstance(size, int) or size <= 0:
-    raise ValueError("%s must have a positive size, got %r; set %s to a "
-                     "positive integer" % (default_name, value, default_name))
-  return pair
+  return spec_lib.dim_pair(value, default_name, default_name)
 
 
 def _multi_head_kwargs(heads, kwargs):
@@ -607,20 +599,9 @@ class GeneralBilinearEncoderAttention(GeneralBilinearAttention):
     return self._attend(context, x, m, weights, memory_length, bias)
 
 
-VARIANTS = {
-    "multi_head": (MultiHeadAttention, MultiHeadEncoderAttention),
-    "talking_heads": (TalkingHeadsAttention, TalkingHeadsEncoderAttention),
-    "grouped_talking_heads": (GroupedTalkingHeadsAttention,
-                              GroupedTalkingHeadsEncoderAttention),
-    "project_logits": (ProjectLogitsAttention,
-                       ProjectLogitsEncoderAttention),
-    "project_weights": (ProjectWeightsAttention,
-                        ProjectWeightsEncoderAttention),
-    "dynamic_projections": (DynamicProjectionsAttention,
-                            DynamicProjectionsEncoderAttention),
-    "general_bilinear": (GeneralBilinearAttention,
-                         GeneralBilinearEncoderAttention),
-}
+# spec.VARIANT_TABLE's variants -> (self-attention, encoder-attention) class.
+VARIANTS = {name: tuple(globals()[c] for c in spec_lib.layer_class_names(name))
+            for name in spec_lib.VARIANTS}
 
 
 def make_attention(variant, enc_dec=False, **kwargs):
@@ -629,3 +610,30 @@ def make_attention(variant, enc_dec=False, **kwargs):
     raise ValueError("variant: unknown %r; choose from %s"
                      % (variant, ", ".join(VARIANTS)))
   return VARIANTS[variant][1 if enc_dec else 0](**kwargs)
+
+
+def layer_for_spec(spec, enc_dec=False, **kwargs):
+  """The gin class of spec.variant with the spec's dims (plus kwargs).
+
+  Args:
+    spec: a spec.AttentionSpec (heads sizes are totals, as the classes take).
+    enc_dec: the encoder-attention class instead of self-attention.
+    **kwargs: other arguments of the class, e.g. strategy.
+  Example:
+    layer_for_spec(spec.make_spec("project_logits", 8, 4, 4, heads_k=16))
+    == ProjectLogitsAttention(heads_k=16, heads=8, d_k=4, d_v=4)
+  """
+  v = spec_lib.VARIANT[spec.variant]
+  dims = dict(heads=spec.heads)
+  if v.project_logits:
+    dims["heads_k"] = spec.heads_k
+  if v.project_weights:
+    dims["heads_v"] = spec.heads_v
+  if spec.variant != spec_lib.BILINEAR:
+    dims.update(d_k=spec.d_k, d_v=spec.d_v)
+  if spec.variant == spec_lib.GROUPED:
+    dims["groups"] = spec.groups
+  if v.project_logits or v.project_weights:
+    dims["dynamic"] = spec.dynamic
+  dims.update(kwargs)
+  return make_attention(spec.variant, enc_dec, **dims)

@@ -116,7 +116,7 @@ def full_layout(config, layer):
     return config.layout
   axes = mesh_axes(config.mesh_shape)
   mesh = ";".join("%s:%d" % (a, s) for a, s in axes.items() if s > 1)
-  rules = comm.default_layout(layer, mesh or "batch:1", config.d_model)
+  rules = comm.default_layout(layer, mesh or "batch:1")
   rules = [r for r in rules.split(";") if r and (
       axes[r.split(":")[1]] > 1)]
   if axes["model"] > 1:

@@ -41,12 +41,12 @@ v4 (megacore) and v5e.  The TPU figures are public specifications
 benchmarks/calibrate_cpu.py (stored in perf_cpu.py).
 """
 import collections
-import numbers
 import os
-import re
 
 from mtf_talking_heads import costs
-from mtf_talking_heads.sweep import gin_reader
+from mtf_talking_heads import prices
+from mtf_talking_heads import spec as spec_lib
+from mtf_talking_heads import gin_text as gin_reader
 
 # ---------------------------------------------------------------------------
 # Hardware.
@@ -232,9 +232,7 @@ contraction: the size of the dim an einsum sums over (None: element-wise).
 # ---------------------------------------------------------------------------
 # The model.
 
-Attention = collections.namedtuple("Attention", [
-    "variant", "heads_k", "heads", "heads_v", "d_k", "d_v", "dynamic",
-    "groups"], defaults=(None,))  # groups: grouped_talking_heads only
+Attention = spec_lib.AttentionSpec  # groups: grouped_talking_heads only
 Model = collections.namedtuple("Model", [
     "kind", "num_layers", "d_model", "d_ff", "vocab", "batch",
     "inputs_length", "targets_length", "enc_self", "dec_self", "encdec",
@@ -287,13 +285,6 @@ def make_attention(variant, heads, d_k=None, d_v=None, heads_k=None,
                    cfg["dynamic"], cfg["groups"])
 
 
-def _positive(name, value):
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
-      or value <= 0:
-    raise ValueError("%s must be a positive integer, got %r" % (name, value))
-  return int(value)
-
-
 def make_model(kind, num_layers, d_model, d_ff, vocab, batch, inputs_length,
                targets_length, enc_self=None, dec_self=None, encdec=None,
                relative_bias=True, optimizer="adafactor",
@@ -306,7 +297,7 @@ def make_model(kind, num_layers, d_model, d_ff, vocab, batch, inputs_length,
                       ("d_ff", d_ff), ("vocab", vocab), ("batch", batch),
                       ("inputs_length", inputs_length),
                       ("targets_length", targets_length)):
-    _positive(name, value)
+    spec_lib.positive_int(name, value)
   if optimizer not in OPTIMIZER_PASSES:
     raise ValueError("optimizer=%r is not modelled; choose one of: %s"
                      % (optimizer, ", ".join(OPTIMIZER_PASSES)))
@@ -601,7 +592,7 @@ def parse_mesh(mesh_shape):
     ValueError: naming --mesh_shape.
   """
   sizes = {"batch": 1, "model": 1}
-  for item in [x for x in re.split(r"[;,\s]+", mesh_shape or "") if x]:
+  for item in spec_lib.split_rules(mesh_shape):
     name, _, size = item.partition(":")
     if name not in sizes or not size.isdigit() or int(size) <= 0:
       raise ValueError(
@@ -616,33 +607,25 @@ def _replicated_core(att):
   """True if heads-parallel leaves the softmax whole on every device:
   variants that mix heads (h_k / h_v split, h whole).  Grouped talking
   heads is laid out groups:model: split like multi-head."""
-  return att.variant in ("talking_heads", "project_logits", "project_weights")
+  v = spec_lib.VARIANT[att.variant]
+  return (v.project_logits or v.project_weights) and not att.groups
 
 
 def attention_ring_elements(att, d_model, n, m, batch, model_axis):
   """Elements sent per device by one heads-parallel attention layer.
 
-  The formulas of docs/sharding.md, which `mtf_th comm` measures
-  (tests/test_perf.py checks them against its measured figures): with P the
-  model axis, X = b n d and A_h = b n m h,
+  prices.heads_parallel_elements: the strategy's own price (docs/sharding.md,
+  which `mtf_th comm` measures; tests/test_perf.py checks it against its
+  measured figures).  With P the model axis, X = b n d and A_h = b n m h:
     multi-head, general bilinear: 4 (P-1)/P X    (all-reduce of Y and dX)
     talking heads:     4 (P-1)/P (X + A_h)   (+ L forward, dW backward)
-    project logits / project weights: 4 (P-1)/P X + 2 (P-1)/P A_h.
+    project logits: 4 (P-1)/P X + 2 (P-1)/P A_h; project weights the same
+      with A_hv = b n m h_v (U = W P_w is all-reduced).
     grouped talking heads (groups:model): 4 (P-1)/P X, as multi-head.
   Dynamic terms add no collective here (R is split like J or U).
   """
-  p = model_axis
-  if p == 1:
-    return 0
-  x = batch * n * d_model
-  a_h = batch * n * m * att.heads
-  f = (p - 1) / p
-  total = 4 * f * x
-  if att.variant == "talking_heads":
-    total += 4 * f * a_h
-  elif att.variant in ("project_logits", "project_weights"):
-    total += 2 * f * a_h
-  return total
+  return prices.heads_parallel_elements(att, d_model, n, m, batch,
+                                        model_axis)
 
 
 def model_ring_elements(model, batch, model_axis):
@@ -820,14 +803,6 @@ def predict(model, hardware, mesh_shape="batch:1", impl="mtf",
 # Reading a model from gin files (text only: no TensorFlow, gin's global
 # configuration untouched).
 
-# mtf_th attention classes -> variant (self and encoder-attention classes).
-_CLASS_VARIANTS = {
-    "MultiHead": "multi_head", "TalkingHeads": "talking_heads",
-    "ProjectLogits": "project_logits", "ProjectWeights": "project_weights",
-    "DynamicProjections": "dynamic_projections",
-    "GeneralBilinear": "general_bilinear",
-    "GroupedTalkingHeads": "grouped_talking_heads",
-}
 _MODEL_TYPES = {"bitransformer": "bitransformer", "lm": "lm",
                 "aligned": "encoder"}
 _PLACEMENT_MACROS = ("enc_self_attention", "dec_self_attention",
@@ -837,12 +812,12 @@ _PLACEMENT_MACROS = ("enc_self_attention", "dec_self_attention",
 def _placement_variant(ref, where):
   name = ref.name.split(".")[-1] if isinstance(ref, gin_reader.Reference) \
       else None
-  for prefix, variant in _CLASS_VARIANTS.items():
-    if name in (prefix + "Attention", prefix + "EncoderAttention"):
+  for variant in spec_lib.VARIANTS:
+    if name in spec_lib.layer_class_names(variant):
       return variant
   raise ValueError("%s = %r is not an mtf_th attention class (one of %s)"
                    % (where, ref, ", ".join(
-                       "mtf_th.%sAttention" % p for p in _CLASS_VARIANTS)))
+                       "mtf_th." + v.layer for v in spec_lib.VARIANT_TABLE)))
 
 
 # optimizer classes (utils.run.optimizer) -> OPTIMIZER_PASSES key
@@ -897,15 +872,14 @@ def model_from_gin(gin_files, gin_params=(), vocab=PAPER_T5["vocab"],
       continue
     variant = _placement_variant(get(macro), macro)
     kw = dict(dims)
-    if variant in ("multi_head", "general_bilinear"):
-      kw.update(heads_k=None, heads_v=None)
-    if variant == "project_logits":
-      kw.update(heads_v=None)
-    if variant == "project_weights":
+    v = spec_lib.VARIANT[variant]
+    if not v.project_logits:  # tied to heads
       kw.update(heads_k=None)
-    if variant != "dynamic_projections":
+    if not v.project_weights:
+      kw.update(heads_v=None)
+    if variant != spec_lib.DYNAMIC:
       kw.update(dynamic=())
-    if variant == "grouped_talking_heads":
+    if variant == spec_lib.GROUPED:
       kw.update(groups=get("groups"))
     try:
       placements[macro.split("_attention")[0]] = make_attention(variant, **kw)
@@ -922,6 +896,34 @@ def model_from_gin(gin_files, gin_params=(), vocab=PAPER_T5["vocab"],
       shared_layers=config.binding(
           "transformer.make_layer_stack.block_scope") is False,
       **{k: v for k, v in placements.items() if k in needed})
+
+
+def model_dim_names(model):
+  """The dim names a layout may split in `model`: spec.MODEL_DIMS, the
+  split strategies' core_shard and each placement's attention dims."""
+  names = set(spec_lib.MODEL_DIMS) | {spec_lib.CORE_SHARD}
+  for placement in PLACEMENTS:
+    att = getattr(model, placement)
+    if att is not None:
+      names.update(att.dim_sizes())
+  return sorted(names)
+
+
+def check_gin_layout(gin_files, gin_params, model, gin_dir=None):
+  """The `layout` macro of the gin files, if any, names the axes batch or
+  model and dims of `model` (spec.check_layout_names).
+
+  perf prices the heads-parallel layout on --mesh_shape's batch and model
+  axes whatever the files lay out; a misspelt rule is refused, not ignored.
+  """
+  from mtf_talking_heads import gin_paths  # pylint: disable=g-import-not-at-top
+  config = gin_reader.GinConfig(gin_files, gin_params,
+                                gin_dir or gin_paths.gin_dir())
+  layout = config.get("layout")
+  if isinstance(layout, str):
+    spec_lib.check_layout_names(
+        spec_lib.parse_layout(layout), spec_lib.STANDARD_MESH_AXES,
+        model_dim_names(model), what="layout %r:" % layout)
 
 
 def row_label(gin_files, gin_params=(), gin_dir=None):

@@ -39,10 +39,11 @@ costs; P = size of the mesh axis, S = elements of one tensor):
                   weights gathered and their gradients reduce-scattered, Y
                   all-gathered: 0.875x multi-head at t5.1.th.base, any P.
   Auto            the default: prices every strategy that applies with
-                  predict_ring_elements and runs the cheapest.
+                  prices.predict (the strategies' ring-cost formulas,
+                  TensorFlow-free in prices.py) and runs the cheapest.
 
-All of them compute the core with ordered_core: the paper's J, L, W, U, O
-with the n x m x heads tensors heads-major, the projections as batched
+All of them compute the core with kernels.ordered_core: the paper's J, L, W,
+U, O with the n x m x heads tensors heads-major, the projections as batched
 matmuls with P-first gradients (project_heads) and a fused softmax
 (softmax_last); HeadsParallel(ordered=False) keeps attention.attention_core
 as the paper lays it out, the reference the tests compare with.
@@ -56,13 +57,16 @@ so that mtf lowers it to the collective named above (no allconcat hides in a
 reshape), see ``_SplitCore``.
 """
 import functools
-import math
 
 import gin
 import mesh_tensorflow as mtf
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import attention
+from mtf_talking_heads import compat
+from mtf_talking_heads import kernels
+from mtf_talking_heads import prices
+from mtf_talking_heads import spec
 from mtf_talking_heads import validation
 
 # Every op a strategy builds for the core (and, by mtf's naming, every
@@ -120,22 +124,13 @@ def attention_tensor_shapes(dims, batch, length):
   """{tensor: [Dimension]} of every tensor the attention core touches.
 
   The layer's view (its heads dims), as the layout rules see it:
-  Q, K, V, J, L, U, O and P_l / P_w where the variant has them; each with
+  Q, K, V, J, L, W, U, O and P_l / P_w where the variant has them; each with
   `groups` before its heads dims when the layer is grouped.
   """
-  b = mtf.Dimension(BATCH, batch)
-  n = mtf.Dimension(LENGTH, length)
-  m = mtf.Dimension(MEMORY_LENGTH, length)
+  shapes = spec.activation_shapes(
+      dims, [mtf.Dimension(BATCH, batch)], mtf.Dimension(LENGTH, length),
+      mtf.Dimension(MEMORY_LENGTH, length))
   g = dims.group_dims
-  shapes = {
-      "Q": [b, n] + g + [dims.heads_k, dims.d_k],
-      "K": [b, m] + g + [dims.heads_k, dims.d_k],
-      "V": [b, m] + g + [dims.heads_v, dims.d_v],
-      "J": [b, n, m] + g + [dims.heads_k],
-      "L": [b, n, m] + g + [dims.heads],
-      "U": [b, n, m] + g + [dims.heads_v],
-      "O": [b, n] + g + [dims.heads_v, dims.d_v],
-  }
   if dims.project_logits:
     shapes["P_l"] = g + [dims.heads_k, dims.heads]
   if dims.project_weights:
@@ -268,173 +263,12 @@ class Strategy(object):
     raise NotImplementedError("%s.core" % type(self).__name__)
 
 
-_float32 = attention._float32  # pylint: disable=protected-access  (bf16 widened, float64 kept)
-
-
-def project_heads(p, x, reduced, new):
-  """einsum(P[reduced, new], X[..., reduced, ...]) -> [..., new, ...], fast.
-
-  The talking-heads projections (L = J P_l, U = W P_w) have a contraction of
-  only h_k (or h) over an n x m x heads tensor, so on CPU their cost is
-  memory traffic, and any transpose of the big operand doubles it.  Here the
-  output keeps X's dim order with `reduced` replaced by `new`, P is
-  broadcast over X's leading dims (a few KB) so that they are batch dims of
-  one batched matmul, and the gradients are written P-first
-  (dX = einsum(P, dY), dP = einsum(X, dY)): mtf's default gradient puts dY
-  first, for which tf.einsum transposes dX of n x m x heads elements.
-
-  Args:
-    p: P[..., reduced, new] (P_l[h_k, h] or P_w[h, h_v], maybe with shard
-      dims that X also has).
-    x: X[lead..., reduced, rest...].
-    reduced: the dim summed over.
-    new: the dim P adds.
-  Returns:
-    [lead..., new, rest...]
-  """
-  dims = x.shape.dims
-  lead = dims[:dims.index(reduced)]
-  p = mtf.broadcast(p, lead + [d for d in p.shape.dims if d not in lead])
-  output_shape = mtf.Shape(lead + [new] + dims[len(lead) + 1:])
-
-  def fn(p, x):
-    return mtf.einsum([p, x], output_shape=output_shape)
-
-  def grad_fn(explicit_inputs, all_inputs, forward_operations, outputs,
-              output_grads):
-    del all_inputs, forward_operations, outputs
-    p, x = explicit_inputs
-    dy = output_grads[0]
-    return [mtf.einsum([x, dy], output_shape=p.shape),
-            mtf.einsum([p, dy], output_shape=x.shape)]
-
-  return mtf.custom_gradient(fn, grad_fn, [p, x])
-
-
-def on_rows(fn):
-  """fn applied to its inputs viewed as rows [-1, innermost dim], reshaped back.
-
-  TF's CPU kernels are not all rank-free: with oneDNN (TF 2.15's default on
-  recent Intel CPUs, or TF_ENABLE_ONEDNN_OPTS=1) Softmax accepts at most 5
-  dims ("Input dims must be <= 5 and >=1"), and a split core's n x m x heads
-  slices have 6 (batch, core_shard, batch_per_shard, heads, n, m).  A row
-  view of a contiguous tensor is free, and a row-wise fn gives the same
-  numbers.
-
-  Args:
-    fn: a function of tf tensors of one shape [..., m] that works row by
-      row over the innermost dim and returns a tensor of that shape.
-  Returns:
-    A function of the same tensors that hands fn 2-D [-1, m] views.
-  """
-  def rows_fn(*xs):
-    shape = xs[0].shape.as_list()  # mtf slices have static shapes
-    rows = [tf.reshape(x, [-1, shape[-1]]) for x in xs]
-    return tf.reshape(fn(*rows), shape)
-  return rows_fn
-
-
-def _softmax_grad(w, dy):
-  """dL = W (dW - sum_m dW W) for rows W = softmax(L), dW = dy."""
-  return w * (dy - tf.reduce_sum(dy * w, -1, keepdims=True))
-
-
-def softmax_last(logits, memory_length):
-  """W = softmax(L) over memory_length, L's innermost dim, as one TF op.
-
-  attention.compute_w (like mtf.softmax) is five mtf ops (max, subtract,
-  exp, sum, divide), each a pass over the n x m x heads tensor, and as many
-  again in the backward pass; tf.nn.softmax makes two, and the gradient
-  dL = W (dW - sum_m dW W) one slicewise op.  memory_length may not be
-  split across devices.  Both run on 2-D [-1, memory_length] views of the
-  slices (on_rows), so no kernel sees more than the 5 dims oneDNN's Softmax
-  accepts, whatever the strategy adds.
-  """
-  if logits.shape.dims[-1] != memory_length:
-    raise ValueError("softmax_last needs memory_length innermost, got %s"
-                     % logits.shape)
-  splittable = logits.shape.dims[:-1]
-
-  def grad_fn(op, dy):
-    w = op.outputs[0]
-    return [mtf.slicewise(
-        on_rows(_softmax_grad), [w, dy], output_shape=w.shape,
-        output_dtype=w.dtype, splittable_dims=splittable, grad_function=0,
-        name="softmax_grad")]
-
-  return mtf.slicewise(on_rows(tf.nn.softmax), [logits],
-                       output_shape=logits.shape, output_dtype=logits.dtype,
-                       splittable_dims=splittable, grad_function=grad_fn,
-                       name="softmax")
-
-
-def _mix_heads(x, p, reduced, new, dynamic):
-  """L from J (P_l, R_Xl, R_Ml) or U from W (P_w, R_Xw, R_Mw), heads-major.
-
-  Args:
-    x: J or W, [lead..., reduced, rest...].
-    p: P_l or P_w, [reduced, new]; None: x itself (no projection).
-    reduced: heads_k (J) or heads (W).
-    new: heads (L) or heads_v (U).
-    dynamic: the dynamic R tensors of this projection (with `reduced` and
-      `new`), X-dependent first, folded by attention.fold_dynamic: the first
-      is added to p before project_heads, the rest each as einsum(x, R).
-  Returns:
-    [lead..., new, rest...], or x when p is None.
-  Raises:
-    ValueError: if `dynamic` is given without p (it would be dropped).
-  """
-  folded = attention.fold_dynamic(p, dynamic, reduced)
-  if not folded:
-    return x
-  y = project_heads(folded[0], x, reduced, new)
-  for r in folded[1:]:
-    y += mtf.einsum([x, r], output_shape=y.shape)
-  return y
-
-
-def ordered_core(q, k, v, memory_length, dims, p_l=None, p_w=None,
-                 dynamic_l=(), dynamic_w=(), bias=None, dropout_fn=None,
-                 fused_softmax=True):
-  """attention.attention_core with its n x m x heads tensors heads-major.
-
-  The same J, L, W, U, O (section 4 of the paper, appendix A for the dynamic
-  terms), each one line, but J is built as [lead..., h_k, n..., m] (lead:
-  the batch-like dims Q and K share, n...: the query dims), so that
-  J = Q K^T, O = U V and the projections (project_heads) are batched
-  matmuls whose big operands tf.einsum never transposes, and the softmax
-  reduces the innermost dim.  The paper's layout ([batch, n, m, heads], as
-  attention.attention_core builds it) makes tf.einsum transpose J, dJ, dL,
-  dW and dU (whole n x m x heads tensors) every step; docs/sharding.md has
-  the measured step times (benchmarks/sharding.py).
-
-  Args:
-    q, k, v, memory_length, dims, p_l, p_w, dynamic_l, dynamic_w, bias,
-    dropout_fn: as attention.attention_core.
-    fused_softmax: W by softmax_last (tf.nn.softmax on 2-D row views; needs
-      memory_length unsplit), else by attention.compute_w (exp(L - max L) /
-      sum in mtf ops, which a split memory_length can reduce across).
-  Returns:
-    O[lead..., h_v, n..., d_v]
-  """
-  q, k = _float32(q), _float32(k)
-  skip = (dims.heads_k, dims.d_k, memory_length)
-  lead = [d for d in q.shape.dims if d in k.shape.dims and d not in skip]
-  lead += [d for d in k.shape.dims if d not in q.shape.dims and d not in skip]
-  query = [d for d in q.shape.dims if d not in k.shape.dims and d not in skip]
-  j = mtf.einsum([q, k], output_shape=lead + [dims.heads_k] + query +
-                 [memory_length])                                    # J
-  l = _mix_heads(j, p_l, dims.heads_k, dims.heads, dynamic_l)        # L
-  if bias is not None:
-    l += _float32(bias)
-  if fused_softmax:
-    w = softmax_last(l, memory_length)                               # W
-  else:
-    w = attention.compute_w(l, memory_length)
-  u = _mix_heads(w, p_w, dims.heads, dims.heads_v, dynamic_w)        # U
-  if dropout_fn is not None:
-    u = dropout_fn(u)
-  return attention.compute_o(u, v, memory_length)                    # O
+# The attention kernels every strategy's core runs (kernels.py); the names
+# stay importable from here.
+project_heads = kernels.project_heads
+on_rows = kernels.on_rows
+softmax_last = kernels.softmax_last
+ordered_core = kernels.ordered_core
 
 
 @gin.configurable(module="mtf_th")
@@ -508,7 +342,7 @@ class _SplitCore(Strategy):
 
   split_name = None  # the tensor dim split over the mesh axis
 
-  def __init__(self, mesh_axis="model", shard_dim="core_shard",
+  def __init__(self, mesh_axis="model", shard_dim=spec.CORE_SHARD,
                reduce_scatter=True):
     self.mesh_axis = mesh_axis
     self.shard_dim = shard_dim
@@ -761,13 +595,7 @@ class BatchSplit(_SplitCore):
     return "batch_split" if self.reduce_scatter else "batch_split_allgather"
 
 
-def _batch_query_factors(mesh, axis, batch):
-  """(p_b, p_q): the axis (size P) split gcd(batch per group, P) x the rest."""
-  p = mesh.axis_size(axis)
-  outer_axis = mesh.axis_of(BATCH)
-  per_group = batch // (mesh.axis_size(outer_axis) if outer_axis else 1)
-  p_b = math.gcd(per_group, p)
-  return p_b, p // p_b
+_batch_query_factors = prices.batch_query_factors
 
 
 @gin.configurable(module="mtf_th")
@@ -930,7 +758,7 @@ class GatheredBatchSplit(BatchSplit):
   layout) it runs as BatchSplit.
   """
 
-  def __init__(self, mesh_axis="model", shard_dim="core_shard"):
+  def __init__(self, mesh_axis="model", shard_dim=spec.CORE_SHARD):
     super().__init__(mesh_axis=mesh_axis, shard_dim=shard_dim,
                      reduce_scatter=True)
 
@@ -1003,176 +831,14 @@ class GatheredBatchSplit(BatchSplit):
 
 
 # ------------------------------------------------------------- prediction
-class _Sizes(object):
-  """Per-group tensor sizes of one attention layer (docs/sharding.md).
-
-  A group is the devices of one position on the mesh axes other than the
-  strategy's: X, Q, K, V, O and the n x m x heads tensors are divided by
-  the size of the axis the batch is split on (if any); weights are whole.
-  Grouped talking heads (g groups of per-group heads h_k, h, h_v): the
-  tensors hold g h_k, g h, g h_v heads, P_l and P_w g h_k h and g h h_v.
-  """
-
-  def __init__(self, dims, mesh, axis, batch, length, d_model,
-               dynamic=(), memory_length=None):
-    batch_axis = mesh.axis_of(BATCH)
-    self.groups = mesh.axis_size(batch_axis) if batch_axis else 1
-    b = batch // self.groups
-    n, m = length, memory_length or length
-    g = dims.groups.size if dims.groups is not None else 1
-    hk, h, hv = dims.heads_k.size, dims.heads.size, dims.heads_v.size
-    ghk, gh, ghv = g * hk, g * h, g * hv  # all heads, over the groups
-    self.p = mesh.axis_size(axis)
-    self.x = b * n * d_model
-    self.q = b * n * ghk * dims.d_k.size
-    self.k = b * m * ghk * dims.d_k.size
-    self.v = b * m * ghv * dims.d_v.size
-    self.o = b * n * ghv * dims.d_v.size
-    self.a = {name: b * n * m * size for name, size in
-              ((dims.heads_k.name, ghk), (dims.heads.name, gh),
-               (dims.heads_v.name, ghv))}
-    self.b = b
-    self.weights = {"p_q": d_model * ghk * dims.d_k.size,
-                    "p_k": d_model * ghk * dims.d_k.size,
-                    "p_v": d_model * ghv * dims.d_v.size,
-                    "p_o": d_model * ghv * dims.d_v.size}
-    self.p_l = ghk * h if dims.project_logits else 0
-    self.p_w = gh * hv if dims.project_weights else 0
-    self.r = {"x2l": b * n * ghk * h, "m2l": b * m * ghk * h,
-              "x2w": b * n * gh * hv, "m2w": b * m * gh * hv}
-    self.r_weights = {"x2l": d_model * ghk * h, "m2l": d_model * ghk * h,
-                      "x2w": d_model * gh * hv, "m2w": d_model * gh * hv}
-    self.dynamic = tuple(dynamic)
-
-
 def predict_ring_elements(strategy_name, dims, mesh_shape, layout, batch,
                           length, d_model, dynamic=(), mesh_axis="model",
                           memory_length=None):
-  """Elements one device sends for one attention layer, forward + backward.
-
-  Ring costs (all-reduce 2 (P-1)/P S, all-gather and reduce-scatter
-  (P-1)/P S, all-to-all (P-1)/P^2 S, for S elements within a group of P)
-  of the collectives over the strategy's mesh axis that the layer's
-  activations and weights need; the terms are docs/sharding.md's
-  ("The strategies, on paper"), written per tensor so that any heads
-  layout is priced.  What every strategy sends alike (the data-parallel
-  all-reduce of weight gradients over a batch axis, the rest of the model)
-  is left out, so predictions rank strategies; tests/test_auto.py checks
-  that they differ from mtf's counters by one constant per configuration.
-
-  Args:
-    strategy_name: a key of STRATEGIES.
-    dims: attention.AttentionDims of the layer.
-    mesh_shape, layout: as Strategy.check (the strategy's rules included).
-    batch, length: batch size and sequence length (n = m).
-    d_model: the model dimension.
-    dynamic: the layer's dynamic terms (subset of x2l, m2l, x2w, m2w).
-    mesh_axis: the strategy's mesh axis.
-    memory_length: m, if not the sequence length (attention over the
-      encoder output).
-  Returns:
-    float: elements per device (x 4 for float32 bytes).
-  """
-  return _predict(strategy_name, dims, MeshLayout(mesh_shape, layout), batch,
-                  length, d_model, dynamic, mesh_axis, memory_length)
-
-
-def _predict(strategy_name, dims, mesh, batch, length, d_model, dynamic,
-             mesh_axis, memory_length):
-  """predict_ring_elements on a MeshLayout."""
-  if strategy_name not in STRATEGIES:
-    raise ValueError("strategy: no formula for %r; choose from %s"
-                     % (strategy_name, ", ".join(STRATEGIES)))
-  if dims.groups is not None and strategy_name != HeadsParallel.name:
-    raise ValueError(
-        "strategy %r: no formula for grouped talking heads (dim %r), which "
-        "runs heads-parallel: lay out %s:%s and use heads_parallel"
-        % (strategy_name, dims.groups.name, dims.groups.name, mesh_axis))
-  if not mesh.has_axis(mesh_axis):
-    return 0.0
-  z = _Sizes(dims, mesh, mesh_axis, batch, length, d_model, dynamic,
-             memory_length)
-  p = z.p
-  f = (p - 1.0) / p
-
-  def on(d):
-    return mesh.axis_of(d.name) == mesh_axis
-
-  # a tensor is split on the axis by its heads dim or, grouped, by `groups`
-  # (then P_l, P_w and J, L, W, U are split alike: no collective mixes them)
-  grouped = dims.groups is not None and on(dims.groups)
-  kq, kh, kv = [on(d) or grouped
-                for d in (dims.heads_k, dims.heads, dims.heads_v)]
-  if strategy_name == "batch_split_gathered":
-    gathered = sum(z.weights.values()) + z.p_l + z.p_w + sum(
-        z.r_weights[t] for t in z.dynamic)
-    return 2 * f * z.x + 2 * f * gathered
-  # Y = O P_o all-reduced if h_v is split; dX of the Q, K (h_k split) and
-  # V (h_v split) paths: one all-reduce if all are split (they sum lazily),
-  # else one per split path
-  total = 2 * f * z.x if kv else 0.0
-  if kq and kv:
-    total += 2 * f * z.x
-  else:
-    total += 2 * f * z.x * (2 * kq + kv)
-  if strategy_name == "heads_parallel":
-    if dims.project_logits:
-      if kq and not kh:
-        total += 2 * f * z.a[dims.heads.name]      # L = J P_l
-      if kh and not kq:
-        total += 2 * f * z.a[dims.heads_k.name]    # dJ = dL P_l^T
-    if dims.project_weights:
-      if kh and not kv:
-        total += 2 * f * z.a[dims.heads_v.name]    # U = W P_w
-      if kv and not kh:
-        total += 2 * f * z.a[dims.heads.name]      # dW = dU P_w^T
-    return total
-  query = strategy_name.startswith("query_split")
-  scatter = strategy_name != "query_split_allgather"
-  p_q = 1  # copies of a tensor without the query length (batch_query_split)
-  if strategy_name == "batch_query_split":
-    p_q = _batch_query_factors(mesh, mesh_axis, batch)[1]
-
-  def with_split(size, split_here, copies=1):
-    # cut S (after `copies` broadcast copies): all-to-all each way if split
-    # on the axis, else a free split whose gradient is an all-gather
-    size *= copies
-    return 2 * f * size / p if split_here else f * size
-
-  def without_split(size, split_here, lead=1):
-    # needed whole on every shard: gathered (reduce-scatter form: each way
-    # (P-1)/P S; plain: all-gather, gradient all-reduced at lead x S);
-    # renamed for free if not split, its gradient all-reduced
-    if not split_here:
-      return 2 * f * size * lead
-    return 2 * f * size if scatter else f * size + 2 * f * size * lead
-
-  total += with_split(z.q, kq) + with_split(z.o, kv)
-  if query:
-    total += without_split(z.k, kq) + without_split(z.v, kv)
-  else:
-    total += with_split(z.k, kq, p_q) + with_split(z.v, kv, p_q)
-  lead = 1 if scatter else (z.b if query else z.b // p)
-  # P_l, P_w split on the axis are used whole inside the core, where the
-  # batch is also split over the other axes (size G): their gradients are
-  # summed over those at h^2 per device, not h^2 / P as heads-parallel does
-  g = (z.groups - 1.0) / z.groups
-  if dims.project_logits:
-    total += without_split(z.p_l, kq or kh, lead)
-    total += 2 * g * z.p_l * (1 - 1.0 / p) * (kq or kh)
-  if dims.project_weights:
-    total += without_split(z.p_w, kh or kv, lead)
-    total += 2 * g * z.p_w * (1 - 1.0 / p) * (kh or kv)
-  for term in z.dynamic:
-    split_here = on(dims.heads_k if term.endswith("l") else dims.heads_v) \
-        or on(dims.heads)
-    if term.startswith("x"):
-      total += with_split(z.r[term], split_here)
-    elif not query:
-      total += with_split(z.r[term], split_here, p_q)
-    else:
-      total += without_split(z.r[term], split_here)
-  return total
+  """Elements one device sends for one attention layer: prices.ring_elements
+  (the strategies' price, TensorFlow-free, next to this module)."""
+  return prices.ring_elements(strategy_name, dims, mesh_shape, layout, batch,
+                              length, d_model, dynamic, mesh_axis,
+                              memory_length)
 
 
 _LOGGED = set()  # Auto's choices already logged (one line each)
@@ -1181,25 +847,15 @@ _LOGGED = set()  # Auto's choices already logged (one line each)
 def add_layout_rules(layout, rules):
   """Adds the missing (tensor dim, mesh axis) `rules` to `layout` in place.
 
-  This is how Auto adds its split strategies' rule: t5's utils.run converts
-  the gin layout to one mtf.LayoutRules and hands that object both to the
-  model (context.model.layout) and to the mesh implementation that lowers
-  the graph, so a rule added while the model is built is in the layout the
-  graph is lowered with.  mtf 0.1.21's LayoutRules has no method to add a
-  rule, hence the write to its pair set.
+  How Auto adds its split strategies' rule: compat.add_layout_rules on the
+  model's mtf.LayoutRules (anything else is left alone).
 
-  Args:
-    layout: an mtf.LayoutRules (anything else is left alone).
-    rules: (tensor dim name, mesh axis name) pairs.
   Returns:
     the pairs added (those the layout did not have).
   """
   if not isinstance(layout, mtf.LayoutRules):
     return []
-  pairs = layout._pairs  # pylint: disable=protected-access
-  added = [tuple(r) for r in rules if tuple(r) not in pairs]
-  pairs.update(added)
-  return added
+  return compat.add_layout_rules(layout, rules)
 
 
 def describe_choice(layer_name, mesh, batch, length, name, predicted, table,
@@ -1240,7 +896,7 @@ class Auto(Strategy):
 
   name = "auto"
 
-  def __init__(self, mesh_axis="model", shard_dim="core_shard",
+  def __init__(self, mesh_axis="model", shard_dim=spec.CORE_SHARD,
                candidates=("heads_parallel", "batch_split_gathered",
                            "batch_split", "batch_query_split", "query_split",
                            "query_split_allgather")):
@@ -1300,7 +956,7 @@ class Auto(Strategy):
         table[name] = str(e)
         first_error = first_error or e
         continue
-      table[name] = BYTES_PER_ELEMENT * _predict(
+      table[name] = BYTES_PER_ELEMENT * prices.predict(
           name, dims, mesh, batch, length, d_model, dynamic, self.mesh_axis,
           memory_length)
     priced = [n for n in self.candidates if not isinstance(table[n], str)]

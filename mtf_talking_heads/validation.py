@@ -30,114 +30,24 @@ is a question about names and sizes:
   * the mesh dim size divides every dim laid out on it;
   * the mesh needs no more devices than there are.
 """
-import re
-
 import mesh_tensorflow as mtf
 
-# mtf's own parser (ops._parse_string_to_list_of_pairs) splits on these.
-_DELIMITERS = re.compile(r"[,.;\s]+")
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
+from mtf_talking_heads import compat
+from mtf_talking_heads import spec
 
 # ------------------------------------------------------------------ parsing
 def parse_mesh_shape(mesh_shape):
-  """Parses a mesh shape into a list of (name, size) pairs.
-
-  Args:
-    mesh_shape: an mtf string such as "batch:2;model:4" (delimiters as in mtf:
-      any of ",;." or spaces), an mtf.Shape, a list of mtf.Dimension or
-      (name, size) pairs, or None / "" for a one-device mesh.
-  Returns:
-    a list of (name, size) pairs.
-  Raises:
-    ValueError: naming mesh_shape, if it is malformed, a size is not a
-      positive integer or a name repeats.
-  """
-  if mesh_shape is None:
-    return []
-  if isinstance(mesh_shape, str):
-    pairs = []
-    for token in _DELIMITERS.split(mesh_shape.strip()):
-      if not token:
-        continue
-      parts = token.split(":")
-      if len(parts) != 2 or not _NAME.match(parts[0]):
-        raise ValueError(
-            "mesh_shape: cannot parse %r in %r; write name:size pairs "
-            "separated by ';', e.g. \"batch:2;model:4\""
-            % (token, mesh_shape))
-      if not re.match(r"^[0-9]+$", parts[1]):
-        raise ValueError(
-            "mesh_shape: size %r of mesh dim %r in %r is not an integer; "
-            "write name:size pairs, e.g. \"model:8\""
-            % (parts[1], parts[0], mesh_shape))
-      pairs.append((parts[0], int(parts[1])))
-  else:
-    items = mesh_shape.dims if isinstance(mesh_shape, mtf.Shape) else mesh_shape
-    try:
-      pairs = [(d.name, d.size) if isinstance(d, mtf.Dimension)
-               else (d[0], d[1]) for d in items]
-    except (TypeError, IndexError, KeyError):
-      raise ValueError(
-          "mesh_shape must be an mtf string such as \"batch:2;model:4\", an "
-          "mtf.Shape or a list of (name, size) pairs, got %r" % (mesh_shape,))
-  seen = set()
-  for name, size in pairs:
-    if not isinstance(name, str) or not _NAME.match(name):
-      raise ValueError("mesh_shape: mesh dim name %r in %s is not an "
-                       "identifier" % (name, repr(mesh_shape)))
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-      raise ValueError(
-          "mesh_shape: mesh dim %r has size %r in %s; sizes must be positive "
-          "integers" % (name, size, repr(mesh_shape)))
-    if name in seen:
-      raise ValueError("mesh_shape: mesh dim %r appears twice in %s; give "
-                       "each mesh dim once" % (name, repr(mesh_shape)))
-    seen.add(name)
-  return pairs
+  """spec.parse_mesh_shape, also taking an mtf.Shape: [(name, size)]."""
+  if isinstance(mesh_shape, mtf.Shape):
+    mesh_shape = mesh_shape.dims
+  return spec.parse_mesh_shape(mesh_shape)
 
 
 def parse_layout(layout):
-  """Parses layout rules into a sorted list of (tensor dim, mesh dim) pairs.
-
-  Args:
-    layout: an mtf string such as "heads:model;batch:batch", an
-      mtf.LayoutRules, a collection of (tensor dim name, mesh dim name)
-      pairs, or None / "" for no rules.
-  Returns:
-    a sorted list of (tensor dim name, mesh dim name) pairs, no repeats.
-  Raises:
-    ValueError: naming layout, if it is malformed.
-  """
-  if layout is None:
-    return []
-  if isinstance(layout, str):
-    pairs = []
-    for token in _DELIMITERS.split(layout.strip()):
-      if not token:
-        continue
-      parts = token.split(":")
-      if len(parts) != 2 or not all(_NAME.match(p) for p in parts):
-        raise ValueError(
-            "layout: cannot parse %r in %r; write tensor_dim:mesh_dim rules "
-            "separated by ';', e.g. \"heads:model;batch:batch\""
-            % (token, layout))
-      pairs.append(tuple(parts))
-  else:
-    if isinstance(layout, mtf.LayoutRules):
-      layout = layout._pairs  # pylint: disable=protected-access
-    try:
-      pairs = [(a, b) for a, b in layout]
-    except (TypeError, ValueError):
-      raise ValueError(
-          "layout must be an mtf string such as \"heads:model;batch:batch\", "
-          "an mtf.LayoutRules or a list of (tensor_dim, mesh_dim) pairs, "
-          "got %r" % (layout,))
-    for a, b in pairs:
-      if not (isinstance(a, str) and isinstance(b, str) and _NAME.match(a)
-              and _NAME.match(b)):
-        raise ValueError("layout: rule %r must pair two dim names" % ((a, b),))
-  return sorted(set(pairs))
+  """spec.parse_layout, also taking an mtf.LayoutRules: sorted pairs."""
+  if isinstance(layout, mtf.LayoutRules):
+    layout = compat.layout_pairs(layout)
+  return spec.parse_layout(layout)
 
 
 def _to_dimension(value, param):
@@ -324,17 +234,8 @@ def attention_tensor_shapes(layer, d_model, batch, length, memory_length=None):
   ``layer.weight_shapes`` (p_q, p_k, p_v, p_o, p_l, p_w, p_xl, p_ml, p_xw,
   p_mw as present, plus relative_attention_bias [heads, buckets] if the
   layer has relative attention) and the activations of the paper's
-  pseudocode::
-
-    X, Y: [batch, length, d_model]       M: [batch, memory_length, d_model]
-    Q: [batch, length, heads_k, d_k]     K: [batch, memory_length, heads_k, d_k]
-    V: [batch, memory_length, heads_v, d_v]
-    J: [batch, length, memory_length, heads_k]
-    L, W: [batch, length, memory_length, heads]
-    U: [batch, length, memory_length, heads_v]
-    O: [batch, length, heads_v, d_v]
-    R_Xl: [batch, length, heads_k, heads]    R_Ml: [batch, memory_length, ...]
-    R_Xw: [batch, length, heads, heads_v]    R_Mw: [batch, memory_length, ...]
+  pseudocode, spec.activation_shapes (X, M, Q, K, V, J, L, W, U, O, Y and
+  the dynamic R_Xl ... R_Mw; e.g. J: [batch, length, memory_length, heads_k]).
 
   General bilinear attention: p [d_model, heads, d_model_m], q [d_model_m,
   heads, d_model] and X, M [batch, memory_length, d_model_m], XP [batch,
@@ -366,26 +267,9 @@ def attention_tensor_shapes(layer, d_model, batch, length, memory_length=None):
   shapes = {}
   if _is_talking_heads_layer(layer):
     dims = layer.dims
-    g = dims.group_dims  # grouped talking heads: [groups] before each heads dim
     shapes.update(layer.weight_shapes(d_model))
-    shapes.update({
-        "X": b + [length, d_model],
-        "M": b + [memory_length, d_model],
-        "Q": b + [length] + g + [dims.heads_k, dims.d_k],
-        "K": b + [memory_length] + g + [dims.heads_k, dims.d_k],
-        "V": b + [memory_length] + g + [dims.heads_v, dims.d_v],
-        "J": b + [length, memory_length] + g + [dims.heads_k],
-        "L": b + [length, memory_length] + g + [dims.heads],
-        "W": b + [length, memory_length] + g + [dims.heads],
-        "U": b + [length, memory_length] + g + [dims.heads_v],
-        "O": b + [length] + g + [dims.heads_v, dims.d_v],
-        "Y": b + [length, d_model],
-    })
-    for term in layer.dynamic:
-      source = length if term[0] == "x" else memory_length
-      pair = ([dims.heads_k, dims.heads] if term.endswith("l")
-              else [dims.heads, dims.heads_v])
-      shapes["R_%s%s" % (term[0].upper(), term[-1])] = b + [source] + g + pair
+    shapes.update(spec.activation_shapes(dims, b, length, memory_length,
+                                         d_model, layer.dynamic))
     heads = layer.bias_heads()
   elif _is_general_bilinear_layer(layer):
     d_m = layer.d_m(d_model)

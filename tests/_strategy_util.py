@@ -49,7 +49,7 @@ def impl_cls(mesh_shape):
 def layout_for(layer, mesh_shape, strategy):
   """comm.default_layout of `layer` plus the rules `strategy` needs."""
   return comm.full_layout(
-      comm.default_layout(layer, mesh_shape, D_MODEL),
+      comm.default_layout(layer, mesh_shape),
       strategy.layout_rules())
 
 

@@ -219,7 +219,7 @@ def test_batch_split_keeps_every_attention_weight_sharded():
   config = comm.make_config("talking_heads", H, DK, DK, D, N, B)
   strategy = sharding.BatchSplit()
   layer = comm.make_layer(config, strategy)
-  layout = comm.full_layout(comm.default_layout(layer, MESH, D), strategy.layout_rules())
+  layout = comm.full_layout(comm.default_layout(layer, MESH), strategy.layout_rules())
   run = harness.Harness([layer], d_model=D, vocab=16, batch=B, length=N,
                         mesh_shape=MESH, layout=layout, optimizer_step=True,
                         run=False, mesh_impl_cls=comm.PointToPointMeshImpl)

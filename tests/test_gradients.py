@@ -17,7 +17,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import attention
-from mtf_talking_heads import sharding
+from mtf_talking_heads import kernels
 from mtf_talking_heads import harness
 from mtf_talking_heads import layers
 import _equiv_util as eu
@@ -133,9 +133,9 @@ def bf16():
   probes = [eu.Probe(VARIANTS[n](), n) for n in NAMES]
   with pytest.MonkeyPatch.context() as mp:
     # W comes from attention.compute_w (general bilinear) or from the
-    # strategies' fused softmax (sharding.softmax_last, the default core)
+    # strategies' fused softmax (kernels.softmax_last, the default core)
     mp.setattr(attention, "compute_w", recording(attention.compute_w))
-    mp.setattr(sharding, "softmax_last", recording(sharding.softmax_last))
+    mp.setattr(kernels, "softmax_last", recording(kernels.softmax_last))
     h = _harness(probes, activation_dtype=tf.bfloat16, seed=6)
   assert len(recorded) == len(probes)
   tensors = {}

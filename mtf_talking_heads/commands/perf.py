@@ -93,6 +93,7 @@ def _rows(args):
     raise commands.UsageError("give --gin_file FILE (repeatable) or "
                               "--paper_table NAME")
   model = perf.model_from_gin(args.gin_file, args.gin_param, vocab=args.vocab)
+  perf.check_gin_layout(args.gin_file, args.gin_param, model)
   name = args.gin_file[-1].rsplit("/", 1)[-1]
   return [(name[:-4] if name.endswith(".gin") else name,
            perf.row_label(args.gin_file, args.gin_param), model)]

@@ -163,7 +163,7 @@ def cache():
 def _macros_by_file(path, gin_dir, stack=()):
   """{macro: (raw value, the file that set it)} as gin reads `path`."""
   from gin import config_parser  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.sweep import gin_reader  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import gin_text as gin_reader  # pylint: disable=g-import-not-at-top
   out = {}
   if path in stack:
     return out

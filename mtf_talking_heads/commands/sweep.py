@@ -99,6 +99,11 @@ def _build_parser():
   how.add_argument("--tpu", metavar="NAME",
                    help="pass --tpu NAME to every train/eval command (with "
                    "--dry_run: print the TPU commands)")
+  how.add_argument("--cluster", metavar="HOST:PORT,...",
+                   help="run every train and eval on these `mtf_th server` "
+                   "tasks (docs/cluster.md)")
+  how.add_argument("--devices_per_task", type=int, metavar="K",
+                   help="passed on with --cluster (default 1)")
   how.add_argument("--tpu_zone", help="passed on with --tpu")
   how.add_argument("--gcp_project", help="passed on with --tpu")
   tune = parser.add_argument_group("fine-tuning (paper section 7.1)")
@@ -167,6 +172,30 @@ def _make_sweep(args, sweep):
                      gin_files=args.gin_file, gin_params=params, tpu=args.tpu,
                      tpu_zone=args.tpu_zone, gcp_project=args.gcp_project,
                      finetune=_finetune_options(args))
+
+
+def _check_layout_axes(job):
+  """The layout's mesh axes against the mesh, before TensorFlow is loaded
+  (the pre-flight checks its dims against the model's)."""
+  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import spec  # pylint: disable=g-import-not-at-top
+  for row in job.rows:
+    config = gin_text.GinConfig(job.row_files(row), job.row_params(row, 1))
+    layout, mesh = config.get("layout"), config.get("mesh_shape")
+    if isinstance(layout, str) and isinstance(mesh, str):
+      spec.check_layout_axes(
+          layout, [name for name, _ in spec.parse_mesh_shape(mesh)],
+          what="row %s: layout %r:" % (row.name, layout))
+
+
+def _cluster_flags(args):
+  """--cluster / --devices_per_task, passed on to every train and eval."""
+  from mtf_talking_heads import cluster  # pylint: disable=g-import-not-at-top
+  cluster.from_args(args, PROG, [])  # a bad value: one line, status 2
+  if not args.cluster:
+    return []
+  return ["--cluster", args.cluster,
+          "--devices_per_task", str(args.devices_per_task or 1)]
 
 
 def _finetune_options(args):
@@ -276,7 +305,9 @@ def main(argv=None):
     return 0
   try:
     job = _make_sweep(args, sweep)
+    _check_layout_axes(job)
     _check_paths(args, job)
+    job.tpu_flags += _cluster_flags(args)  # every run on the same servers
   except (commands.UsageError, ValueError) as e:
     print("%s: error: %s" % (PROG, e), file=sys.stderr)
     return 2

@@ -47,6 +47,35 @@ def add_common_flags(parser, model_dir_help="checkpoints and logs"):
   parser.add_argument("--verbose", action=commands.VerboseAction,
                       help="show TensorFlow's INFO log and start-up "
                            "messages, and mtf's per-step tf.Print")
+  add_cluster_flags(parser)
+
+
+def add_cluster_flags(parser):
+  """--cluster and --devices_per_task (docs/cluster.md)."""
+  parser.add_argument("--cluster", default=None, metavar="HOST:PORT,...",
+                      help="run the mesh on these `mtf_th server` tasks, "
+                           "task 0 first (docs/cluster.md)")
+  parser.add_argument("--devices_per_task", type=positive_int, default=None,
+                      metavar="K", help="with --cluster: devices per task "
+                      "(default 1); mesh slot s runs on task s // K")
+
+
+def use_cluster(prog, args, argv):
+  """--cluster: checked and every task probed before TensorFlow loads.
+
+  Returns:
+    0, or 2 after one line naming the bad flag or the unreachable task.
+  """
+  from mtf_talking_heads import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
+  try:
+    active = cluster_lib.from_args(args, prog, argv)
+    if active is not None:
+      active.check_reachable()
+  except cluster_lib.ClusterError as e:
+    print("%s: error: %s" % (prog, e), file=sys.stderr)
+    return 2
+  cluster_lib.activate(active)
+  return 0
 
 
 def setup_logging(verbose):
@@ -130,6 +159,8 @@ def run_command(prog, parser, argv, body, precheck=check_common):
   args = commands.parse(parser, argv)
   if isinstance(args, int):
     return args
+  if use_cluster(prog, args, argv):
+    return 2
   try:
     precheck(args)
   except commands.UsageError as e:

@@ -18,6 +18,11 @@ from mtf_talking_heads import compat  # pylint: disable=unused-import  (first: m
 from mtf_talking_heads.data import corpus  # pylint: disable=g-bad-import-order
 from mtf_talking_heads.data import vocab
 from mtf_talking_heads.data import tasks
+# after tasks (they use its sources and preprocessors; tasks does not import
+# them, so there is no cycle): th_mlm_sop, th_sop; the embedded fine-tuning
+# tasks and th_finetune_embedded
+from mtf_talking_heads.data import sop  # pylint: disable=unused-import
+from mtf_talking_heads.data import downstream  # pylint: disable=unused-import
 
 from mtf_talking_heads.data.corpus import corpus_paths
 from mtf_talking_heads.data.corpus import default_corpus_paths

@@ -2,8 +2,8 @@
 
 Stand-ins for the paper's fine-tuning mixture (section 7.1: SQuAD + GLUE +
 SuperGLUE) that exist on every machine, so the whole chain pre-train ->
-fine-tune -> metric runs here.  Registered on import (tasks.py imports this
-module; nothing is read until a dataset is requested):
+fine-tune -> metric runs here.  Registered on import (the data package
+imports this module; nothing is read until a dataset is requested):
 
   th_embedded_continuation   classification, scored by accuracy (t5's
                              metrics.accuracy), GLUE's text-to-text form:

@@ -1,6 +1,6 @@
 """ALBERT's pre-training objective: masked LM + sentence-order prediction.
 
-Registered on import (tasks.py imports this module):
+Registered on import (the data package imports this module):
 
   th_mlm_sop  ALBERT's objective for an aligned (non-autoregressive)
               Unitransformer: BERT-style masked LM on two consecutive

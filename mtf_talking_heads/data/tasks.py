@@ -382,5 +382,3 @@ def _register_finetune_mixture():
 
 _register_pretraining_tasks()
 _register_finetune_mixture()
-from mtf_talking_heads.data import sop  # noqa: E402,F401  pylint: disable=all  (registers th_mlm_sop, th_sop; needs the above)
-from mtf_talking_heads.data import downstream  # noqa: E402,F401  pylint: disable=all  (registers the embedded fine-tuning tasks, th_finetune_embedded)

@@ -25,7 +25,7 @@ is what the layers execute.  Rows with talking heads in one placement only
 have "various" costs, as in the paper.
 
 The package, one job per file:
-  gin_reader.py  GinConfig: the macros of gin files, gin's state untouched.
+  (gin_text.py, outside sweep/: GinConfig, the macros of gin files.)
   rows.py        Row, the paper tables (gin/experiments/), --rows.
   grid.py        rows from explicit values (--grid, --tie).
   plan.py        scales, costs per row, Plan: runs, commands, manifest,
@@ -49,8 +49,8 @@ Example:
   sweep.run()          # or: print(sweep.dry_run_text())
 """
 # pylint: disable=g-importing-member  (this file only re-exports)
-from mtf_talking_heads.sweep.gin_reader import GIN_DIR
-from mtf_talking_heads.sweep.gin_reader import GinConfig
+from mtf_talking_heads.gin_text import GIN_DIR
+from mtf_talking_heads.gin_text import GinConfig
 from mtf_talking_heads.sweep.grid import GRID_KEYS
 from mtf_talking_heads.sweep.grid import grid_rows
 from mtf_talking_heads.sweep.grid import LABELS

@@ -24,7 +24,7 @@ import csv
 import os
 
 from mtf_talking_heads import comparison
-from mtf_talking_heads.sweep import gin_reader
+from mtf_talking_heads import gin_text as gin_reader
 from mtf_talking_heads.sweep import results
 from mtf_talking_heads.sweep import rows as rows_lib
 
@@ -364,6 +364,5 @@ def vocabulary_params(mixture):
 
 
 def plan_model(plan, row):
-  """The row's model kind (see plan.model_of)."""
-  from mtf_talking_heads.sweep import plan as plan_lib  # pylint: disable=g-import-not-at-top
-  return plan_lib.model_of(row, plan.gin_dir)
+  """The row's model kind (see rows.model_of)."""
+  return rows_lib.model_of(row, plan.gin_dir)

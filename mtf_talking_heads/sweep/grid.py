@@ -10,17 +10,13 @@ import json
 import re
 
 from mtf_talking_heads import costs
-from mtf_talking_heads.sweep import gin_reader
+from mtf_talking_heads import spec as spec_lib
+from mtf_talking_heads import gin_text as gin_reader
 from mtf_talking_heads.sweep import rows as rows_lib
 
 DIMS = rows_lib.DIMS
 GRID_KEYS = ("variant",) + DIMS
-LABELS = {"multi_head": "multi-head", "talking_heads": "talking-heads",
-          "project_logits": "project logits",
-          "project_weights": "project weights",
-          "general_bilinear": "general bilinear",
-          "dynamic_projections": "dyn. proj.",
-          "grouped_talking_heads": "grouped talking-heads"}
+LABELS = spec_lib.LABELS
 
 _TIE = re.compile(r"^\s*(?:(?P<n1>\d+)\s*(?P<op1>[*/])\s*(?P<d1>[a-z_]+)|"
                   r"(?P<d2>[a-z_]+)\s*(?P<op2>[*/])\s*(?P<n2>\d+)|"

@@ -5,7 +5,7 @@ the tests build a Sweep(...) and call run(), dry_run_text(), summary() ...;
 the work is plan.py's, run.py's and report.py's.
 """
 from mtf_talking_heads.sweep import finetune as finetune_lib
-from mtf_talking_heads.sweep import gin_reader
+from mtf_talking_heads import gin_text as gin_reader
 from mtf_talking_heads.sweep import plan as plan_lib
 from mtf_talking_heads.sweep import report
 from mtf_talking_heads.sweep import results

@@ -11,7 +11,7 @@ import os
 import shlex
 
 from mtf_talking_heads import costs
-from mtf_talking_heads.sweep import gin_reader
+from mtf_talking_heads import gin_text as gin_reader
 from mtf_talking_heads.sweep import report
 from mtf_talking_heads.sweep import rows as rows_lib
 
@@ -28,23 +28,9 @@ Run.__doc__ = """One row x seed: its directory and the mtf_th commands it runs."
 # ---------------------------------------------------------------------------
 # Scale and costs.
 
-def model_and_size(row, gin_dir=gin_reader.GIN_DIR):
-  """(model, size): which models/<model>_<size>.gin the row includes, size
-  "base" (the paper's models) or "small" (the small-regime models)."""
-  config = gin_reader.GinConfig(row.gin_files, row.gin_params, gin_dir=gin_dir)
-  found = [(m, size) for m in rows_lib.MODELS for size in ("base", "small")
-           if "models/%s_%s.gin" % (m, size) in config.includes]
-  if len(found) != 1:
-    raise ValueError("row %s: cannot tell its model (it should include "
-                     "exactly one of models/{%s}_base.gin or "
-                     "models/{lm,encdec}_small.gin)"
-                     % (row.name, ",".join(rows_lib.MODELS[:3])))
-  return found[0]
-
-
-def model_of(row, gin_dir=gin_reader.GIN_DIR):
-  """'t5', 'bert', 'albert', 'lm' or 'encdec' (see model_and_size)."""
-  return model_and_size(row, gin_dir)[0]
+# Which model a row is: rows.py's (finetune.py needs it too, without plan).
+model_and_size = rows_lib.model_and_size
+model_of = rows_lib.model_of
 
 
 def scale_files(row, scale, gin_dir=gin_reader.GIN_DIR):

@@ -10,6 +10,7 @@ import math
 import os
 
 from mtf_talking_heads import comparison
+from mtf_talking_heads import spec as spec_lib
 from mtf_talking_heads.sweep import finetune
 from mtf_talking_heads.sweep import lazy
 from mtf_talking_heads.sweep import plots
@@ -163,12 +164,11 @@ def _heads_cells(row):
   24* where only some layers are talking heads."""
   star = "*" if row.placement != "all" else ""
   hk, h, hv = str(row.heads_k) + star, str(row.heads), str(row.heads_v) + star
-  if row.variant in ("multi_head", "general_bilinear"):
-    hk = hv = ""
-  elif row.variant == "project_logits":
-    hv = ""
-  elif row.variant == "project_weights":
+  variant = spec_lib.VARIANT[row.variant]
+  if not variant.project_logits:  # tied to h
     hk = ""
+  if not variant.project_weights:
+    hv = ""
   return hk, h, hv
 
 

@@ -9,16 +9,15 @@ import os
 import re
 
 from mtf_talking_heads import costs
-from mtf_talking_heads.sweep import gin_reader
+from mtf_talking_heads import spec as spec_lib
+from mtf_talking_heads import gin_text as gin_reader
 
 EXPERIMENTS = "experiments"
 
 # The macros every experiment file defines (docs/gin_guide.md).
 ROW_MACROS = ("row_label", "variant", "heads_k", "heads", "heads_v", "d_k",
               "d_v", "dynamic", "placement")
-VARIANTS = ("multi_head", "talking_heads", "project_logits",
-            "project_weights", "general_bilinear", "dynamic_projections",
-            "grouped_talking_heads")
+VARIANTS = spec_lib.VARIANTS
 # Read when an experiment file defines it: the head groups of
 # grouped_talking_heads (required there).
 GROUPS_MACRO = "groups"
@@ -64,10 +63,11 @@ def paper_table_names(gin_dir=gin_reader.GIN_DIR):
 
 
 def positive_int(value, name, where):
-  if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-    raise ValueError("%s: %s must be a positive integer, got %r"
-                     % (where, name, value))
-  return value
+  """spec.positive_int, its message prefixed with `where`."""
+  try:
+    return spec_lib.positive_int(name, value)
+  except ValueError as e:
+    raise ValueError("%s: %s" % (where, e)) from None
 
 
 def check_row(row, where):
@@ -184,3 +184,22 @@ def cost_args(row, d_model):
     d_k = d_v = None
   return (variant, heads_k, row.heads, heads_v, d_k, d_v, d_model, None,
           dynamic)
+
+
+def model_and_size(row, gin_dir=gin_reader.GIN_DIR):
+  """(model, size): which models/<model>_<size>.gin the row includes, size
+  "base" (the paper's models) or "small" (the small-regime models)."""
+  config = gin_reader.GinConfig(row.gin_files, row.gin_params, gin_dir=gin_dir)
+  found = [(m, size) for m in MODELS for size in ("base", "small")
+           if "models/%s_%s.gin" % (m, size) in config.includes]
+  if len(found) != 1:
+    raise ValueError("row %s: cannot tell its model (it should include "
+                     "exactly one of models/{%s}_base.gin or "
+                     "models/{lm,encdec}_small.gin)"
+                     % (row.name, ",".join(MODELS[:3])))
+  return found[0]
+
+
+def model_of(row, gin_dir=gin_reader.GIN_DIR):
+  """'t5', 'bert', 'albert', 'lm' or 'encdec' (see model_and_size)."""
+  return model_and_size(row, gin_dir)[0]

@@ -9,11 +9,12 @@ parameter and the fix.
 import difflib
 
 import mesh_tensorflow as mtf
-import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import models
 from mtf_talking_heads import optimizers
+from mtf_talking_heads import spec
 from mtf_talking_heads import validation
+from mtf_talking_heads.training import cluster as training_cluster
 from mtf_talking_heads.training import devices
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import settings as settings_lib
@@ -51,19 +52,16 @@ def check_settings(settings, description, num_devices=None):
     strategy = getattr(layer, "strategy", None)
     if strategy is not None:
       model_dims.update(name for name, _ in strategy.layout_rules())
-  for tensor_dim, mesh_dim in settings.layout._pairs:  # pylint: disable=protected-access
-    if tensor_dim not in model_dims:
-      close = difflib.get_close_matches(tensor_dim, sorted(dims), n=2)
-      raise errors.ConfigError(
-          "layout %r splits tensor dimension %r, which this model does not "
-          "have%s. Its dimensions are: %s. Fix the layout macro (or "
-          "utils.run.layout_rules)." % (
-              settings.layout_string, tensor_dim,
-              (" (did you mean %s?)" % " or ".join(close)) if close else "",
-              ", ".join(sorted(d for d in dims if d))))
-    if mesh is not None and mesh_dim not in mesh.dimension_names:
-      tf.logging.info("layout rule %s:%s has no effect: mesh %s has no %r",
-                      tensor_dim, mesh_dim, mesh, mesh_dim)
+  # every rule names a mesh axis of the mesh (or batch / model) and a dim
+  # of this model: a misspelt one would be ignored, training unsharded
+  try:
+    spec.check_layout_names(
+        validation.parse_layout(settings.layout),
+        [] if mesh is None else mesh.dimension_names, model_dims,
+        what="layout %r (the layout macro or utils.run.layout_rules):"
+        % settings.layout_string)
+  except ValueError as e:
+    raise errors.ConfigError(str(e))
   # -- divisibility of split dims
   if mesh is not None:
     seen = {}
@@ -198,6 +196,7 @@ def preflight(tpu=None):
     raise errors.ConfigError("the model's layers reject their gin arguments: %s"
                              % e)
   num_devices = None if tpu else devices.available_cpu_devices()
+  training_cluster.check_mesh_size(settings.mesh_shape)  # --cluster: equal
   check_settings(settings, description, num_devices)
   try:
     optimizers.check_settings()

@@ -7,6 +7,7 @@ devices a process may have.
 import gin
 import mesh_tensorflow as mtf
 
+from mtf_talking_heads import cluster as cluster_lib
 from mtf_talking_heads import compat
 from mtf_talking_heads import models
 from mtf_talking_heads.training import errors
@@ -15,7 +16,10 @@ DEFAULT_MAX_CPU_DEVICES = 64
 
 
 def available_cpu_devices(max_cpu_devices=None):
-  """Logical CPU devices this process has or may still create."""
+  """Logical CPU devices this process has or may still create (--cluster:
+  the cluster's devices)."""
+  if cluster_lib.active() is not None:
+    return cluster_lib.active().size
   if compat._LOGICAL_CPUS:  # pylint: disable=protected-access
     return len(compat._LOGICAL_CPUS)  # pylint: disable=protected-access
   if max_cpu_devices is None:
@@ -51,6 +55,8 @@ def mesh_devices(mesh_shape=None, max_cpu_devices=DEFAULT_MAX_CPU_DEVICES):
   """
   if _tpu_flag():
     return None
+  if cluster_lib.active() is not None:  # --cluster: see cluster.py
+    return cluster_lib.active().devices()
   shape = mtf.convert_to_shape(
       mesh_shape if mesh_shape is not None else models.query(
           "utils.run.mesh_shape"))

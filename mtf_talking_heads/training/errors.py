@@ -81,5 +81,9 @@ def op_errors_stop(doing):
   try:
     yield
   except tf.errors.OpError as e:
+    from mtf_talking_heads.training import cluster  # pylint: disable=g-import-not-at-top
+    lost = cluster.lost_task_error(e, None, None)  # --cluster: a lost task
+    if lost is not None:
+      raise lost from None
     failure, fix = op_failure(e)
     raise TrainingError("%s while %s. %s." % (failure, doing, fix)) from None

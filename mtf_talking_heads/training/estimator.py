@@ -5,15 +5,18 @@ eval or decode), the estimator's configuration (seed, every logical CPU
 device, resource variables), the no-retry policy for failing ops, and the
 --model_dir check.
 """
+
 import contextlib
 
 import gin
 from mesh_tensorflow.transformer import utils as mtf_utils
 import tensorflow.compat.v1 as tf
 
+from mtf_talking_heads import cluster as cluster_lib
 from mtf_talking_heads import compat
 from mtf_talking_heads import dir_lock
 from mtf_talking_heads import init_seeds
+from mtf_talking_heads.training import cluster as training_cluster
 from mtf_talking_heads.training import devices
 from mtf_talking_heads.training import errors
 
@@ -23,53 +26,19 @@ EVAL_SEED = 4321
 
 
 def configure_estimator(estimator, seed):
-  """Seeds the graph, seeds each variable's initializer by its name (so the
-  initial weights are the same on every mesh, see init_seeds.py), shows
-  every logical CPU device to the session and makes new variables resource
-  variables.
-
-  Resource variables matter for reproducibility: with TF1 ref variables (what
-  tf.disable_v2_behavior() selects) a read aliases the variable's buffer, so
-  a gradient op that runs after the optimizer's assign to the same weight
-  (nothing orders them) sees the updated value: two runs with the same seed
-  and data then differ from the second step on.  A resource read is a copy.
-  """
-  tf.enable_resource_variables()
-  config = estimator._config  # pylint: disable=protected-access
-  changes = {"tf_random_seed": seed}
-  if not config.master and compat._LOGICAL_CPUS:  # pylint: disable=protected-access
-    changes["session_config"] = compat.estimator_session_config(
-        len(compat._LOGICAL_CPUS),  # pylint: disable=protected-access
-        base=config.session_config)
-  config = config.replace(**changes)
-  estimator._config = config  # pylint: disable=protected-access
+  """compat.configure_estimator (seed, every logical CPU device, resource
+  variables); each variable's initializer seeded by its name, so the initial
+  weights are the same on every mesh (init_seeds.py); on --cluster also
+  sessions on task 0 with isolated state."""
+  compat.configure_estimator(estimator, seed)
   estimator._model_fn = init_seeds.seeded_model_fn(estimator._model_fn)  # pylint: disable=protected-access
-  estimator._session_config = config.session_config  # pylint: disable=protected-access
+  if cluster_lib.active() is not None:
+    config = training_cluster.configure_run_config(estimator._config)  # pylint: disable=protected-access
+    estimator._config = config  # pylint: disable=protected-access
+    estimator._session_config = config.session_config  # pylint: disable=protected-access
 
 
-@contextlib.contextmanager
-def no_session_recovery(tpu):
-  """TF's MonitoredSession retries AbortedError/UnavailableError forever.
-
-  It treats both as a preemption and rebuilds the session (rewriting the
-  graph to the events file) in an endless loop, e.g. on a oneDNN kernel's
-  AbortedError; and TPUEstimator (which utils.run uses on CPU too) drops
-  both when they reach it, so a run stopped by one would end as if it had
-  succeeded.  On CPU nothing can be preempted, so no error is retried or
-  dropped; on a TPU only UnavailableError (a lost worker) is.
-  """
-  from tensorflow.python.training import monitored_session  # pylint: disable=g-import-not-at-top
-  from tensorflow_estimator.python.estimator.tpu import error_handling  # pylint: disable=g-import-not-at-top
-  saved = (monitored_session._PREEMPTION_ERRORS,  # pylint: disable=protected-access
-           error_handling._IGNORED_ERRORS)  # pylint: disable=protected-access
-  recoverable = (tf.errors.UnavailableError,) if tpu else ()
-  monitored_session._PREEMPTION_ERRORS = recoverable  # pylint: disable=protected-access
-  error_handling._IGNORED_ERRORS = recoverable  # pylint: disable=protected-access
-  try:
-    yield
-  finally:
-    (monitored_session._PREEMPTION_ERRORS,  # pylint: disable=protected-access
-     error_handling._IGNORED_ERRORS) = saved  # pylint: disable=protected-access
+no_session_recovery = compat.no_session_recovery
 
 
 def check_model_dir(model_dir):
@@ -131,8 +100,10 @@ def run(model_dir, tpu, tpu_zone, gcp_project, fn, settings):
   """
   check_tpu(tpu, tpu_zone, gcp_project)
   mesh_devices = None if tpu else devices.mesh_devices(settings.mesh_shape)
+  training_cluster.preflight(model_dir, training_cluster.data_paths())
   kwargs = {} if fn is None else {"train_model_fn": fn}
-  with gin.unlock_config(), no_session_recovery(tpu):
+  with gin.unlock_config(), no_session_recovery(tpu), \
+      training_cluster.bounded_session_close():
     mtf_utils.run(tpu_job_name=None, tpu=tpu, gcp_project=gcp_project,
                   tpu_zone=tpu_zone, model_dir=model_dir,
                   mesh_devices=mesh_devices, mode="train",

@@ -16,6 +16,7 @@ from mtf_talking_heads import models
 from mtf_talking_heads import progress
 from mtf_talking_heads.training import checkpoints
 from mtf_talking_heads.training import checks
+from mtf_talking_heads.training import cluster as training_cluster
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import estimator as estimator_lib
 from mtf_talking_heads.training import model_size
@@ -56,7 +57,8 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
                 dataset_split="train", skip_seen_data=False,
                 seen_data_init_step=0, checkpoint_input_pipeline=False,
                 seed=1234, log_every_steps=1, print_every_secs=10.0,
-                keep_checkpoint_steps=(), write_graph=False, hooks=()):
+                keep_checkpoint_steps=(), write_graph=False, hooks=(),
+                trace_every_steps=0):
   """utils.run's train_model_fn: mtf's train_model, reproducible and logged.
 
   Same arguments as mesh_tensorflow.transformer.utils.train_model, plus:
@@ -72,6 +74,9 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
     write_graph: also write graph.pbtxt, model.ckpt-N.meta and the graph to
       the events file (each about the size of the graph, e.g. 10 MB).
     hooks: extra tf.train.SessionRunHook objects.
+    trace_every_steps: N > 0 writes a full trace of every N-th step to
+      <model_dir>/trace/timeline-<step>.json (Chrome trace format: one
+      process per device, e.g. /job:worker/replica:0/task:1/device:CPU:0).
   Raises:
     TrainingError: an op failed (the first failure stops the run).
     Interrupted: Ctrl-C.
@@ -106,10 +111,11 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
       model_dir, list(keep_checkpoint_steps or ()) + [start])
   events_before = _events_files(model_dir)
   try:
-    with estimator_lib.no_session_recovery(bool(estimator.config.master)), \
+    with estimator_lib.no_session_recovery(is_tpu(estimator)), \
         checkpoints.checkpoint_policy(model_dir, keeper, write_graph):
       estimator.train(input_fn=input_fn, max_steps=train_steps,
                       hooks=[hooks_lib.OrderReadsBeforeWritesHook(), hook] +
+                      _trace_hooks(model_dir, trace_every_steps) +
                       list(hooks or ()))
   except tf.errors.OpError as e:
     _discard_failed_attempt(model_dir, start, events_before)
@@ -123,12 +129,26 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
           "(%s). Use the gin files it was trained with (see its "
           "operative_config.gin) or a new --model_dir."
           % (model_dir, start, str(e).splitlines()[0])) from None
-    raise errors.TrainingError(
-        _op_error_message(e, model_dir, hook.last_step)) from None
+    raise (training_cluster.lost_task_error(
+        e, model_dir, checkpoints.latest_step(model_dir)) or
+           errors.TrainingError(
+               _op_error_message(e, model_dir, hook.last_step))) from None
   except KeyboardInterrupt:
     _discard_failed_attempt(model_dir, start, events_before)
     raise errors.Interrupted(
         model_dir, checkpoints.latest_step(model_dir)) from None
+
+
+def _trace_hooks(model_dir, every_steps):
+  if not every_steps:
+    return []
+  return [tf.train.ProfilerHook(save_steps=every_steps, show_memory=False,
+                                output_dir=os.path.join(model_dir, "trace"))]
+
+
+def is_tpu(estimator):
+  """A TPU run (its lost workers are preemptions); not a --cluster master."""
+  return bool(estimator.config.master) and not training_cluster.active()
 
 
 def train(model_dir, gin_files=(), gin_params=(), train_steps=None, tpu=None,

@@ -1,4 +1,4 @@
-"""Reads the macros of gin files with gin's parser, not its global config.
+"""Reads gin files as text (macros, bindings, includes), never gin's global config.
 
 Owns GinConfig: the experiment files' macros (row_label, variant, heads, ...)
 and the scale files' (d_model, inputs_length, train_steps, ...), read without
@@ -155,3 +155,15 @@ def referenced_macros(gin_files, gin_dir):
     with open(gin_path(name, gin_dir=gin_dir)) as f:
       used.update(re.findall(r"%([A-Za-z_][A-Za-z0-9_]*)", f.read()))
   return used
+
+
+def own_settings(name, gin_dir=GIN_DIR):
+  """Macro names and binding keys a gin file sets itself (not its includes).
+
+  Example: own_settings("layouts/data_parallel.gin") ==
+  {"mesh_shape", "layout"}.
+  """
+  with open(gin_path(name, gin_dir=gin_dir)) as f:
+    statements = _read_statements(f.read(), name)
+  return {_binding_key(s) or s.selector for s in statements
+          if isinstance(s, config_parser.BindingStatement)}

@@ -1,0 +1,199 @@
+"""Training on TensorFlow servers (--cluster): session, pre-flight, faults.
+
+Owns what the estimator needs to run on the cluster that
+mtf_talking_heads.cluster describes (activated by the command): the session
+configuration (target task 0, isolated session state, deadlines), the
+pre-flight that asks the servers (devices, shared storage), the exact
+mesh-size check, and the one-line message for a task lost mid-run.
+"""
+import contextlib
+import os
+import uuid
+
+import tensorflow.compat.v1 as tf
+
+from mtf_talking_heads import cluster as cluster_lib
+from mtf_talking_heads import compat
+from mtf_talking_heads.training import errors
+
+# A deadline for the pre-flight's calls to the servers.
+PREFLIGHT_TIMEOUT_MS = 20000
+
+# How long closing a session may wait for the servers (see
+# compat.bounded_session_close): a lost task makes it wait forever.
+CLOSE_TIMEOUT_SECS = 10.0
+
+# Errors of a lost or unreachable task.
+LOST_TASK_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
+                    tf.errors.CancelledError, tf.errors.DeadlineExceededError)
+
+
+def bounded_session_close():
+  """compat.bounded_session_close on a cluster; nothing otherwise."""
+  if active() is None:
+    return contextlib.nullcontext()
+  return compat.bounded_session_close(CLOSE_TIMEOUT_SECS)
+
+
+def active():
+  """The --cluster Cluster this process runs on, or None."""
+  return cluster_lib.active()
+
+
+def session_config(base=None):
+  """The estimator's ConfigProto on a cluster.
+
+  isolate_session_state: variables live in the servers' resource managers;
+  without it a second run on the same servers reuses (or, with other shapes,
+  fails to assign) the first run's variables.  Soft placement stays on (the
+  estimator's default) for ops without a GPU kernel on GPU hosts.
+  """
+  config = tf.ConfigProto()
+  if base is not None:
+    config.CopyFrom(base)
+  config.isolate_session_state = True
+  config.allow_soft_placement = True
+  return config
+
+
+def configure_run_config(config):
+  """A RunConfig (replaced copy) whose sessions run on the active cluster."""
+  active = cluster_lib.active()
+  config = config.replace(session_config=session_config(config.session_config))
+  config._master = active.target  # pylint: disable=protected-access
+  config._evaluation_master = active.target  # pylint: disable=protected-access
+  return config
+
+
+def check_mesh_size(mesh_shape):
+  """The mesh has exactly the cluster's device count (ConfigError if not)."""
+  active = cluster_lib.active()
+  if active is None or mesh_shape is None:
+    return
+  try:
+    active.check_mesh_size(max(mesh_shape.size, 1), repr(";".join(
+        "%s:%d" % (d.name, d.size) for d in mesh_shape.dims)))
+  except cluster_lib.ClusterError as e:
+    raise errors.ConfigError(str(e))
+
+
+def _task_devices(names):
+  """{task: {"CPU": n, "GPU": n}} from the session's device names."""
+  out = {}
+  for name in names:
+    spec = tf.DeviceSpec.from_string(name)
+    if spec.job != cluster_lib.JOB or spec.task is None:
+      continue
+    counts = out.setdefault(spec.task, {})
+    counts[spec.device_type] = counts.get(spec.device_type, 0) + 1
+  return out
+
+
+def _device_type(active, names):
+  """"GPU" if every task has K GPUs, else "CPU" (every task needs K CPUs)."""
+  per_task = _task_devices(names)
+  k = active.devices_per_task
+  if all(per_task.get(t, {}).get("GPU", 0) >= k
+         for t in range(active.num_tasks)):
+    return "GPU"
+  for task in range(active.num_tasks):
+    cpus = per_task.get(task, {}).get("CPU", 0)
+    if cpus < k:
+      raise errors.ConfigError(
+          "task %d (%s) has %d CPU device%s but --devices_per_task is %d: "
+          "start its server with `mtf_th server ... --devices_per_task %d` "
+          "or lower --devices_per_task" % (
+              task, active.addresses[task], cpus, "" if cpus == 1 else "s",
+              k, k))
+  return "CPU"
+
+
+def _storage_error(what, path, active):
+  return errors.ConfigError(
+      "%s %s is not readable by task 0 (%s) at the same path: the client "
+      "and task 0 must see model_dir (task 0 holds the master variables and "
+      "runs the saver) and the data (task 0 runs the input pipeline) at the "
+      "same paths (a shared file system or GCS; see docs/cluster.md, shared "
+      "storage)" % (what, path, active.addresses[0]))
+
+
+def preflight(model_dir, data_paths=()):
+  """Asks the servers, before the graph: devices, then shared storage.
+
+  Sets the active cluster's device_type ("GPU" when every task has K
+  GPUs).  Writes a probe file into model_dir and reads it back on task 0,
+  and lists every data path on task 0.
+
+  Args:
+    model_dir: the run's model directory (must exist).
+    data_paths: files (or globs) the input pipeline reads.
+  Raises:
+    ConfigError: naming the task or path and the fix.
+  """
+  active = cluster_lib.active()
+  if active is None:
+    return
+  config = tf.ConfigProto(isolate_session_state=True,
+                          operation_timeout_in_ms=PREFLIGHT_TIMEOUT_MS)
+  probe = os.path.join(model_dir, ".cluster_probe_%s" % uuid.uuid4().hex)
+  token = uuid.uuid4().hex
+  with tf.io.gfile.GFile(probe, "w") as f:
+    f.write(token)
+  try:
+    with tf.Graph().as_default(), tf.Session(active.target,
+                                             config=config) as session:
+      try:
+        names = [d.name for d in session.list_devices()]
+      except tf.errors.OpError as e:
+        raise errors.ConfigError(
+            "task 0 (%s) answers but is not an `mtf_th server` of this "
+            "cluster (%s)" % (active.addresses[0],
+                              str(e).strip().splitlines()[0]))
+      active.device_type = _device_type(active, names)
+      with tf.device(cluster_lib.device_name(0, 0, "CPU")):
+        read = tf.io.read_file(probe)
+        listed = [tf.io.matching_files(p) for p in data_paths]
+      try:
+        got = session.run(read)
+      except tf.errors.OpError:
+        got = b""
+      if got.decode() != token:
+        raise _storage_error("model_dir", model_dir, active)
+      for path, files in zip(data_paths, listed):
+        if not len(session.run(files)):
+          raise _storage_error("data file", path, active)
+  finally:
+    tf.io.gfile.remove(probe)
+
+
+def data_paths():
+  """The corpus files the configured th_* tasks read (none: other tasks)."""
+  try:
+    from mtf_talking_heads.data import corpus  # pylint: disable=g-import-not-at-top
+    paths = corpus.configured_corpus()
+  except (ImportError, ValueError):
+    return []
+  return list(paths["train"]) + list(paths["validation"])
+
+
+def lost_task_error(e, model_dir, checkpoint_step):
+  """The TrainingError for an op error that lost a task, or None.
+
+  Args:
+    e: the tf.errors.OpError the run ended with.
+    model_dir: the model directory (None: eval/decode, no resume step).
+    checkpoint_step: its last complete checkpoint's step (or None).
+  """
+  active = cluster_lib.active()
+  if active is None or not isinstance(e, LOST_TASK_ERRORS):
+    return None
+  text = str(getattr(e, "message", "") or e)
+  cause = next((l.strip() for l in text.splitlines()
+                if l.strip() and not l.startswith(("Graph execution", "From",
+                                                   "Additional GRPC"))),
+               type(e).__name__)
+  cause = "%s: %s" % (type(e).__name__, cause[:120])
+  if model_dir is None:
+    return errors.TrainingError(active.fault_message(None, None, cause))
+  return errors.TrainingError(
+      active.fault_message(model_dir, checkpoint_step, cause))

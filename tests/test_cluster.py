@@ -1,0 +1,294 @@
+"""The mesh on localhost `mtf_th server` processes (issue 16, docs/cluster.md).
+
+Two servers with 2 CPU devices each are started once for the module (free
+ports) and killed by PID at the end; every test reuses them, which isolated
+session state makes safe.  (a) a talking-heads layer split over the servers
+by heads, heads_k, heads_v and batch (and batch x heads over all 4
+devices): loss and every gradient equal one in-process device's (1e-5
+relative), a trace has ops on both tasks, and a second graph with other
+shapes and the same variable names runs on the same servers.  (b) `mtf_th
+train --cluster` on model:2 reproduces the local run's losses and its trace
+has ops on both tasks; (d) when its task 1 is killed it ends with one line
+(the task, the checkpoint, the resume command) within 60 s, and after the
+restart the resumed run equals the uninterrupted one; (e) an unreachable
+task (before TensorFlow is imported) and a mesh of the wrong size (in the
+pre-flight) are refused before any graph.  The device naming for GPU hosts is checked
+without GPUs.
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import _equiv_util as eu
+from mtf_talking_heads import cluster
+from mtf_talking_heads import harness
+from mtf_talking_heads import layers
+from mtf_talking_heads.training import cluster as training_cluster
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MTF_TH = os.path.join(os.path.dirname(sys.executable), "mtf_th")
+T5 = ["--gin_file=experiments/t5_heads/06_talking_heads_12_64.gin",
+      "--gin_file=models/t5_tiny.gin",
+      "--gin_param=mesh_shape = 'model:2'",
+      "--gin_param=layout = 'heads:model,d_ff:model,vocab:model'"]
+HEADS = ["--gin_param=heads_k = 4", "--gin_param=heads = 4",
+         "--gin_param=heads_v = 4", "--gin_param=d_k = 16",
+         "--gin_param=d_v = 16"]
+OTHER_HEADS = ["--gin_param=heads_k = 2", "--gin_param=heads = 4",
+               "--gin_param=heads_v = 2", "--gin_param=d_k = 8",
+               "--gin_param=d_v = 8"]
+RTOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def servers():
+  with cluster.LocalServers(2, devices_per_task=2, mtf_th=[MTF_TH]) as s:
+    yield s
+  # SIGTERM (by PID) ends every server with status 0
+  assert [p.returncode for p in s.processes] == [0, 0]
+
+
+def _layer():
+  layer = layers.TalkingHeadsAttention(heads_k=4, heads=8, heads_v=4, d_k=2,
+                                       d_v=3)
+  layer.set_name("attention")
+  return layer
+
+
+def _harness(mesh_shape="", layout="", devices=None, servers=None,
+             d_model=16):
+  kwargs = {}
+  if servers is not None:
+    kwargs = dict(devices=devices, target="grpc://" + servers.addresses[0],
+                  config=training_cluster.session_config())
+  return harness.Harness([_layer()], d_model=d_model, batch=4, length=8,
+                         mesh_shape=mesh_shape, layout=layout, **kwargs)
+
+
+def _outputs(h):
+  out = h.fetch(["loss"] + ["grad:" + n for n in sorted(h.grads)])
+  return {k: np.asarray(v) for k, v in out.items()}
+
+
+@pytest.fixture(scope="module")
+def one_device():
+  h = _harness()
+  try:
+    return _outputs(h)
+  finally:
+    h.close()
+
+
+TWO_TASKS = cluster.device_names(2, 1)  # CPU:0 of task 0 and of task 1
+
+
+@pytest.mark.parametrize("mesh_shape,layout,devices", [
+    ("model:2", "heads:model", TWO_TASKS),
+    ("model:2", "heads_k:model", TWO_TASKS),
+    ("model:2", "heads_v:model", TWO_TASKS),
+    ("batch:2", "batch:batch", TWO_TASKS),
+    ("batch:2;model:2", "batch:batch,heads:model",
+     cluster.device_names(2, 2)),
+], ids=["heads", "heads_k", "heads_v", "batch", "batch2xheads2_4devices"])
+def test_layer_over_servers_equals_one_device(servers, one_device, mesh_shape,
+                                              layout, devices):
+  h = _harness(mesh_shape, layout, devices, servers)
+  try:
+    got = _outputs(h)
+    metadata = tf.RunMetadata()
+    h.session.run(h.outputs["loss"], options=tf.RunOptions(
+        trace_level=tf.RunOptions.FULL_TRACE), run_metadata=metadata)
+  finally:
+    h.close()
+  assert sorted(got) == sorted(one_device)
+  for name, value in got.items():
+    assert eu.max_rel_err(value, one_device[name]) < RTOL, name
+  traced = {d.device for d in metadata.step_stats.dev_stats
+            if d.node_stats}
+  assert set(devices) <= traced  # every slot's device ran ops
+
+
+def test_second_graph_with_other_shapes_on_the_same_servers(servers):
+  """Same variable names, other shapes: isolated sessions do not clash."""
+  local = _harness(d_model=24)
+  remote = _harness("model:2", "heads:model", TWO_TASKS, servers, d_model=24)
+  try:
+    expected, got = _outputs(local), _outputs(remote)
+  finally:
+    local.close()
+    remote.close()
+  for name, value in got.items():
+    assert eu.max_rel_err(value, expected[name]) < RTOL, name
+
+
+def test_gpu_device_names():
+  assert cluster.device_names(2, 2, "GPU") == [
+      "/job:worker/replica:0/task:0/device:GPU:0",
+      "/job:worker/replica:0/task:0/device:GPU:1",
+      "/job:worker/replica:0/task:1/device:GPU:0",
+      "/job:worker/replica:0/task:1/device:GPU:1"]
+  assert [cluster.slot_task(s, 2) for s in range(6)] == [0, 0, 1, 1, 2, 2]
+  active = cluster.Cluster(["h0:1", "h1:1"], 2)
+  names = ["/job:worker/replica:0/task:%d/device:%s:%d" % (t, d, i)
+           for t in range(2) for d, n in (("CPU", 2), ("GPU", 2))
+           for i in range(n)]
+  device_type = training_cluster._device_type  # pylint: disable=protected-access
+  assert device_type(active, names) == "GPU"
+  assert device_type(active, [n for n in names if "GPU" not in n]) == "CPU"
+  with pytest.raises(ValueError, match=r"task 1 \(h1:1\) has 1 CPU device "
+                     "but --devices_per_task is 2"):
+    device_type(active, [n for n in names if "GPU" not in n][:-1])
+
+
+def _train(model_dir, servers, extra, steps):
+  cmd = [MTF_TH, "train", "--model_dir", model_dir, "--train_steps",
+         str(steps)] + T5 + extra
+  if servers is not None:
+    cmd += ["--cluster", servers.spec, "--devices_per_task", "1"]
+  return cmd
+
+
+def _losses(model_dir):
+  with open(os.path.join(model_dir, "train_log.csv")) as f:
+    rows = [l.split(",") for l in f.read().splitlines()[1:]]
+  return {int(r[0]): float(r[1]) for r in rows}
+
+
+def _error_lines(stderr):
+  return [l for l in stderr.splitlines() if l.startswith("mtf_th ")]
+
+
+def _check_trace(model_dir):
+  """The run's Chrome traces show ops on both tasks."""
+  timelines = glob.glob(os.path.join(model_dir, "trace", "timeline-*.json"))
+  assert timelines
+  with open(sorted(timelines)[-1]) as f:
+    events = json.load(f)["traceEvents"]
+  names = {e["pid"]: e["args"]["name"] for e in events
+           if e.get("ph") == "M" and e.get("name") == "process_name"}
+  busy = {names[e["pid"]] for e in events if e.get("ph") == "X"}
+  for task in (0, 1):
+    assert any("/job:worker/replica:0/task:%d/" % task in n for n in busy), (
+        task, busy)
+
+
+@pytest.mark.slow
+def test_train_equals_local_then_lost_worker_then_resume(servers, tmp_path):
+  """(b) `mtf_th train --cluster` == the local run, trace on both tasks;
+  (d) task 1 killed mid-run: one line within 60 s; resumed after the
+  restart == the uninterrupted run.  After the layer tests' graphs, so the
+  servers have run other shapes before ((c), isolated sessions)."""
+  model_dir, local_dir = str(tmp_path / "remote"), str(tmp_path / "local")
+  extra = HEADS + ["--gin_param=save_checkpoints_steps = 2"]
+  trace = ["--gin_param=mtf_th.train_model.trace_every_steps = 1"]
+  local = subprocess.Popen(_train(local_dir, None, extra, 3), cwd=REPO,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+  proc = subprocess.Popen(_train(model_dir, servers, extra + trace, 400),
+                          cwd=REPO, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  log = os.path.join(model_dir, "train_log.csv")
+  deadline = time.time() + 900
+  while time.time() < deadline and proc.poll() is None:
+    if os.path.exists(log) and len(_losses(model_dir)) >= 5:
+      break
+    time.sleep(0.5)
+  assert proc.poll() is None, proc.communicate()[1][-3000:]
+  servers.kill(1)
+  killed_at = time.time()
+  _, err = proc.communicate(timeout=120)
+  seconds = time.time() - killed_at
+  _, local_err = local.communicate(timeout=900)
+  assert local.returncode == 0, local_err[-3000:]
+  # (b) the same losses as one process
+  remote, expected = _losses(model_dir), _losses(local_dir)
+  assert sorted(expected) == [1, 2, 3]
+  for step in expected:
+    assert abs(remote[step] - expected[step]) <= RTOL * abs(expected[step])
+  _check_trace(model_dir)
+  # (d) one line, status 1, under 60 s, no retry
+  assert proc.returncode == 1, err[-3000:]
+  assert seconds < 60, seconds
+  assert "Traceback" not in err and err.count("starting at step") == 1
+  line, = _error_lines(err)
+  checkpoint = tf.train.latest_checkpoint(model_dir)
+  step = int(checkpoint.rsplit("-", 1)[1])
+  assert step >= 2
+  for word in ("mtf_th train: error: lost task 1 (%s)" % servers.addresses[1],
+               "not retried", "the last checkpoint of %s is step %d"
+               % (model_dir, step),
+               "resume with: mtf_th train --model_dir %s" % model_dir):
+    assert word in line, (word, line)
+  # resume: the uninterrupted run's losses of the steps after the checkpoint
+  uninterrupted = _losses(model_dir)
+  last = max(uninterrupted)
+  assert last > step
+  with open(log) as f:  # forget them, so the resumed run logs them again
+    kept = [l for l in f.read().splitlines()
+            if not l[:1].isdigit() or int(l.split(",")[0]) <= step]
+  with open(log, "w") as f:
+    f.write("\n".join(kept) + "\n")
+  servers.start(1)
+  resumed = subprocess.run(_train(model_dir, servers, extra, last), cwd=REPO,
+                           capture_output=True, text=True, timeout=900)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert "starting at step %d" % step in resumed.stderr
+  again = _losses(model_dir)
+  for s in range(step + 1, last + 1):
+    assert abs(again[s] - uninterrupted[s]) <= RTOL * abs(uninterrupted[s]), (
+        s, again[s], uninterrupted[s])
+
+
+def test_unreachable_task_refused_before_tensorflow(tmp_path):
+  port, = cluster.free_ports(1)
+  start = time.time()
+  proc = subprocess.run(
+      [MTF_TH, "train", "--model_dir", str(tmp_path / "m"), "--cluster",
+       "localhost:%d,localhost:%d" % (port, port + 1)] + T5,
+      cwd=REPO, capture_output=True, text=True, timeout=60)
+  assert time.time() - start < 30
+  assert proc.returncode == 2
+  line, = _error_lines(proc.stderr)
+  assert line.startswith("mtf_th train: error: task 0 of --cluster "
+                         "(localhost:%d) does not answer" % port), line
+  assert "loading TensorFlow" not in proc.stderr
+  assert not os.path.exists(str(tmp_path / "m"))
+
+
+def test_bad_cluster_flags_refused():
+  for flags, words in (
+      (["--cluster", "localhost"], "--cluster entry 0 ('localhost') is not "
+                                   "HOST:PORT"),
+      (["--cluster", "a:1,a:1"], "--cluster lists a:1 twice"),
+      (["--devices_per_task", "2"], "--devices_per_task goes with --cluster")):
+    proc = subprocess.run([MTF_TH, "eval", "--model_dir", "/nonexistent"] +
+                          flags, cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    line, = _error_lines(proc.stderr)
+    assert words in line, line
+
+
+def test_mesh_size_mismatch_refused_in_the_preflight():
+  """training.preflight (before any graph) refuses a mesh of another size."""
+  from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
+  training.parse_gin([f.split("=", 1)[1] for f in T5 if "gin_file" in f],
+                     [p.split("=", 1)[1] for p in T5 + HEADS
+                      if "gin_param" in p])
+  cluster.activate(cluster.Cluster(["localhost:1", "localhost:2"], 2))
+  try:
+    with pytest.raises(training.ConfigError) as e:
+      training.preflight()
+  finally:
+    cluster.activate(None)
+  assert str(e.value) == (
+      "mesh_shape 'model:2' has 2 slots but the cluster has 4 devices (2 "
+      "tasks x --devices_per_task 2): they must be equal; change mesh_shape "
+      "or --cluster/--devices_per_task")
