@@ -27,3 +27,48 @@ def gin_dir():
       "mtf_talking_heads' gin files were not found in %s; install the "
       "package from its repository (pip install -e .)"
       % " or ".join(CANDIDATE_GIN_DIRS))
+
+
+def list_gin_files(root):
+  """Relative paths of the .gin files under `root`, sorted."""
+  out = []
+  for dirpath, _, names in os.walk(root):
+    out.extend(os.path.relpath(os.path.join(dirpath, n), root)
+               for n in names if n.endswith(".gin"))
+  return sorted(out)
+
+
+def resolve(name, search_dirs=()):
+  """Absolute path of gin file `name`: a path, or relative to the current
+  directory, gin_dir() or one of `search_dirs`.
+
+  Raises:
+    FileNotFoundError: one line naming the file, the directories searched
+      and close matches among the shipped files.
+  """
+  import difflib  # pylint: disable=g-import-not-at-top
+  if not isinstance(name, str) or not name.strip():
+    raise FileNotFoundError(
+        "--gin_file is empty (%r): give a gin file such as "
+        "experiments/t5_heads/07_talking_heads_24_32.gin" % (name,))
+  try:
+    root = gin_dir()
+  except FileNotFoundError:
+    root = None
+  dirs = [d for d in list(search_dirs) + ([root] if root else []) if d]
+  dirs = list(dict.fromkeys(dirs))
+  candidates = [name] if os.path.isabs(name) else (
+      [name] + [os.path.join(d, name) for d in dirs])
+  for path in candidates:
+    if os.path.isfile(path):
+      return os.path.abspath(path)
+  if os.path.isdir(name):
+    raise FileNotFoundError("--gin_file %r is a directory: give a .gin file "
+                            "(see `ls %s`)" % (name, name))
+  known = list_gin_files(root) if root else []
+  close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+  hint = (" Did you mean %s?" % " or ".join(close)) if close else ""
+  raise FileNotFoundError(
+      "--gin_file %r: no such file (looked in the current directory and %s)."
+      "%s Files shipped with mtf_talking_heads are listed by `ls %s`."
+      % (name, ", ".join(dirs) or "nowhere else", hint, root))

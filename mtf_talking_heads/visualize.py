@@ -52,7 +52,7 @@ Attributes:
 """
 
 
-def latest_checkpoint(model_dir):
+def latest_checkpoint(model_dir, flag="--model_dir"):
   """The checkpoint prefix to read: the latest one in `model_dir`.
 
   Args:
@@ -70,14 +70,14 @@ def latest_checkpoint(model_dir):
     path = tf.train.latest_checkpoint(model_dir)
     if path is None:
       raise ValueError(
-          "model_dir=%r has no checkpoint (no 'checkpoint' file naming a "
+          "%s %s has no checkpoint (no 'checkpoint' file naming a "
           "model.ckpt-N); train first, or pass a checkpoint prefix such as "
-          "%s/model.ckpt-1000" % (model_dir, model_dir))
+          "%s/model.ckpt-1000" % (flag, model_dir, model_dir))
     return path
   if tf.io.gfile.exists(model_dir + ".index"):
     return model_dir
-  raise ValueError("model_dir=%r is neither a directory nor a checkpoint "
-                   "prefix (no %s.index)" % (model_dir, model_dir))
+  raise ValueError("%s %s is neither a directory nor a checkpoint "
+                   "prefix (no %s.index)" % (flag, model_dir, model_dir))
 
 
 def _as_matrix(name, value):
@@ -97,7 +97,7 @@ def _layer_order(scope):
   return ({"encoder": 0, "decoder": 1}.get(stack, 2), scope)
 
 
-def read_projections(model_dir):
+def read_projections(model_dir, flag="--model_dir"):
   """Every layer's P_l and P_w from the latest checkpoint of `model_dir`.
 
   Args:
@@ -112,7 +112,7 @@ def read_projections(model_dir):
       .../p_w in it (e.g. a multi-head model).
   """
   import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
-  path = latest_checkpoint(model_dir)
+  path = latest_checkpoint(model_dir, flag)
   reader = tf.train.load_checkpoint(path)
   found = collections.defaultdict(dict)
   for name in sorted(reader.get_variable_to_shape_map()):
@@ -330,7 +330,8 @@ def visualize(model_dir, output_dir=None, baseline=None):
     output_dir = model_dir if os.path.isdir(model_dir) else os.path.dirname(
         model_dir)
   os.makedirs(output_dir, exist_ok=True)
-  baseline_layers = read_projections(baseline)[1] if baseline else None
+  baseline_layers = (read_projections(baseline, "--baseline")[1]
+                     if baseline else None)
   stats = projection_stats(layers, baseline_layers)
   png = os.path.join(output_dir, "projections.png")
   csv_path = os.path.join(output_dir, "projections.csv")

@@ -210,7 +210,7 @@ def test_cli_says_what_it_does_before_loading_tensorflow(tmp_path):
   start = time.time()
   proc = subprocess.Popen(
       [MTF_TH, "train", "--model_dir", str(tmp_path / "m"), "--gin_file",
-       "models/no_such_model.gin"], cwd=str(tmp_path),
+       T5[0], "--gin_file", T5[1]], cwd=str(tmp_path),
       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
   try:
     first = proc.stderr.readline()
@@ -218,6 +218,6 @@ def test_cli_says_what_it_does_before_loading_tensorflow(tmp_path):
   finally:
     proc.kill()
     proc.wait()
-  assert first.startswith("[train] models/no_such_model.gin in "), first
+  assert first.startswith("[train] %s + %s in " % tuple(T5)), first
   assert "building the graph" in first
   assert seconds < 5, seconds  # ~0.5 s idle; TensorFlow's import takes 5-20 s

@@ -143,11 +143,20 @@ def test_demo_verbose_reaches_the_train_and_eval_runs(tmp_path, monkeypatch):
   from mtf_talking_heads.commands import demo  # pylint: disable=g-import-not-at-top
   seen = []
 
-  def call(argv, **kwargs):
-    seen.append((argv, os.environ.get(compat.VERBOSE_ENV), kwargs.get("env")))
-    return 1  # the first run fails: the demo stops there
+  class Proc(object):  # the sweep's child process (sweep/run.py)
 
-  monkeypatch.setattr(subprocess, "call", call)
+    def __init__(self, argv, **kwargs):
+      seen.append((argv, os.environ.get(compat.VERBOSE_ENV),
+                   kwargs.get("env")))
+
+    def wait(self, timeout=None):
+      del timeout
+      return 1  # the first run fails: the demo stops there
+
+    def poll(self):
+      return 1
+
+  monkeypatch.setattr(subprocess, "Popen", Proc)
   for flags, expected in (([], "0"), (["--verbose"], "1")):
     monkeypatch.setenv(compat.VERBOSE_ENV, "0")  # restored after the test
     seen.clear()

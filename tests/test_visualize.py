@@ -168,10 +168,12 @@ def test_multi_head_checkpoint_is_a_clear_error(tmp_path, capsys):
 
 
 def test_missing_checkpoint_names_model_dir(tmp_path):
-  with pytest.raises(ValueError, match=r"^model_dir=.* has no checkpoint"):
+  with pytest.raises(ValueError, match=r"^--model_dir .* has no checkpoint"):
     visualize.read_projections(str(tmp_path))
-  with pytest.raises(ValueError, match=r"^model_dir=.* neither a directory"):
+  with pytest.raises(ValueError, match=r"^--model_dir .* neither a directory"):
     visualize.read_projections(str(tmp_path / "nope" / "model.ckpt-5"))
+  with pytest.raises(ValueError, match=r"^--baseline .* has no checkpoint"):
+    visualize.read_projections(str(tmp_path), "--baseline")
 
 
 

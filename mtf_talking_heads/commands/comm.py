@@ -29,7 +29,12 @@ from mtf_talking_heads import commands
 
 PROG = "mtf_th comm"
 
-
+# The names of sharding.STRATEGIES and comm.VARIANTS (tests/test_bad_inputs.py
+# checks that they agree): --help and bad arguments need no TensorFlow.
+STRATEGY_NAMES = ("heads_parallel", "query_split_allgather", "query_split",
+                  "batch_split", "batch_split_gathered", "batch_query_split")
+VARIANTS = ("multi_head", "talking_heads", "project_logits",
+            "project_weights", "grouped_talking_heads")
 
 
 def _build_parser(strategies, variants):
@@ -79,14 +84,14 @@ def _format(columns, rows, fmt):
 
 def main(argv=None):
   argv = list(sys.argv[1:] if argv is None else argv)
-  # TensorFlow is imported only now (`mtf_th --help` stays fast); the CPU is
-  # split into logical devices before any graph is built.
+  args = commands.parse(_build_parser(STRATEGY_NAMES, VARIANTS), argv)
+  if isinstance(args, int):
+    return args
+  # TensorFlow is imported only now (--help and bad arguments stay fast);
+  # the CPU is split into logical devices before any graph is built.
   from mtf_talking_heads import comm  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import compat  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import sharding  # pylint: disable=g-import-not-at-top
-  args = commands.parse(_build_parser(sharding.STRATEGIES, comm.VARIANTS), argv)
-  if isinstance(args, int):
-    return args
   try:
     config = comm.make_config(
         args.variant, args.heads, args.d_k, args.d_v, args.d_model,

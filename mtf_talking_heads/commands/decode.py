@@ -8,9 +8,11 @@ Prints "input<TAB>output" lines (text decoded with the model's vocabulary);
 --output_file writes them there instead.  Configuration errors exit with
 status 2, a failing op with status 1, each with one line.
 """
+import os
 import sys
 
 from mtf_talking_heads import commands
+from mtf_talking_heads.commands import prechecks
 from mtf_talking_heads.commands import train as train_command
 
 PROG = "mtf_th decode"
@@ -57,7 +59,16 @@ def main(argv=None):
       print("\n".join(lines))
     return 0
 
-  return train_command.run_command(PROG, parser, argv, body)
+  def precheck(args):
+    train_command.check_common(args, writes=False)
+    if args.input_file and not os.path.isfile(args.input_file):
+      raise commands.UsageError("--input_file %s: no such file"
+                                % args.input_file)
+    if args.output_file:
+      prechecks.directory(os.path.dirname(os.path.abspath(args.output_file)),
+                          "--output_file's directory", write=True)
+
+  return train_command.run_command(PROG, parser, argv, body, precheck)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ import sys
 import time
 
 from mtf_talking_heads import commands
+from mtf_talking_heads.commands import prechecks
 from mtf_talking_heads.commands import train as train_command
 
 PROG = "mtf_th demo"
@@ -236,6 +237,15 @@ def main(argv=None):
   except (commands.UsageError, ValueError) as e:
     print("%s: error: %s" % (PROG, e), file=sys.stderr)
     return 2
+  try:
+    prechecks.directory(args.output_dir, "--output_dir", write=True)
+    prechecks.not_in_use(args.output_dir, "--output_dir")
+    prechecks.cache()
+    if not args.fresh:
+      job.runner.manifest_conflict()
+  except (commands.UsageError, ValueError) as e:
+    print("%s: error: %s" % (PROG, e), file=sys.stderr)
+    return 2
   start = time.time()
   if args.fresh and os.path.isdir(args.output_dir):
     shutil.rmtree(args.output_dir)
@@ -247,6 +257,14 @@ def main(argv=None):
   except RuntimeError as e:
     print("%s: error: %s" % (PROG, e), file=sys.stderr)
     return 1
+  except KeyboardInterrupt:
+    import shlex  # pylint: disable=g-import-not-at-top
+    print("%s: interrupted; %d of 2 runs finished in %s, and the run in "
+          "progress continues from its last checkpoint: resume with: %s %s"
+          % (PROG, len(job.read_results()), args.output_dir, PROG,
+             shlex.join([a for a in argv_used if a != "--fresh"])),
+          file=sys.stderr)
+    return 130
   png = comparison.plot_curves(
       job.rows, 1, job.model_dir, os.path.join(args.output_dir, "curves.png"),
       title="decoder-only byte LM, %d heads: held-out loss" % args.heads,

@@ -87,7 +87,14 @@ def main(argv=None):
                                r["tokens"]))
     return 0
 
-  return train_command.run_command(PROG, parser, argv, body)
+  def precheck(args):
+    parse_steps(args.checkpoint_steps)
+    train_command.check_common(
+        args, writes=False,
+        purpose=("downstream_results.csv" if args.metrics else
+                 "eval_results.csv and the eval events"))
+
+  return train_command.run_command(PROG, parser, argv, body, precheck)
 
 
 def _metrics(args, training, steps):

@@ -20,6 +20,7 @@ is built.
 import sys
 
 from mtf_talking_heads import commands
+from mtf_talking_heads.commands import prechecks
 from mtf_talking_heads.commands import train as train_command
 
 PROG = "mtf_th finetune"
@@ -53,7 +54,12 @@ def main(argv=None):
                                         args.model_dir))
     return 0
 
-  return train_command.run_command(PROG, parser, argv, body)
+  def precheck(args):
+    train_command.check_common(args)
+    prechecks.directory(args.pretrained_model_dir, "--pretrained_model_dir",
+                        must_exist=True)
+
+  return train_command.run_command(PROG, parser, argv, body, precheck)
 
 
 def check_tfds_data(args, training):
@@ -70,7 +76,8 @@ def check_tfds_data(args, training):
   name = (getattr(args, "task", None) or models.query("MIXTURE_NAME") or
           models.query("mesh_train_dataset_fn.mixture_or_task_name"))
   if name:
-    tfds_data.check_data(name, args.data_dir)
+    tfds_data.check_data(name, args.data_dir, name_flag=(
+        "--task" if getattr(args, "task", None) else "MIXTURE_NAME"))
   tfds_data.use_data_dir(args.data_dir)
 
 

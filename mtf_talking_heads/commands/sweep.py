@@ -32,6 +32,7 @@ TFDS from --data_dir; a dataset missing there stops the sweep with one line
 import sys
 
 from mtf_talking_heads import commands
+from mtf_talking_heads.commands import prechecks
 
 PROG = "mtf_th sweep"
 
@@ -266,6 +267,33 @@ def _check_data(job):
   return 0
 
 
+def _check_paths(args, job):
+  """What the real run checks before it trains, with no TensorFlow: the
+  gin files and bindings, --output_dir (a directory, writable, not in use,
+  not another sweep's) and the cache.  The dry run checks the same."""
+  prechecks.gin_files(args.gin_file)
+  prechecks.gin_params(job.extra_params)
+  prechecks.directory(args.output_dir, "--output_dir",
+                      write=not args.report, must_exist=args.report)
+  if args.report:
+    return
+  if "://" not in args.output_dir:
+    prechecks.not_in_use(args.output_dir, "--output_dir")
+    job.runner.manifest_conflict()
+  if not args.tpu:
+    prechecks.cache()
+
+
+def _interrupted(job, argv):
+  """One line for Ctrl-C: what is recorded and the command that resumes."""
+  import shlex  # pylint: disable=g-import-not-at-top
+  done = len(job.read_results())
+  return ("%s: interrupted; %d of %d runs are recorded in %s, and the run "
+          "in progress continues from its last checkpoint: resume with: %s %s"
+          % (PROG, done, len(job.runs()), job.results_path(), PROG,
+             shlex.join(argv)))
+
+
 def main(argv=None):
   argv = list(sys.argv[1:] if argv is None else argv)
   from mtf_talking_heads import sweep  # pylint: disable=g-import-not-at-top
@@ -278,6 +306,7 @@ def main(argv=None):
   try:
     job = _make_sweep(args, sweep)
     _check_layout_axes(job)
+    _check_paths(args, job)
     job.tpu_flags += _cluster_flags(args)  # every run on the same servers
   except (commands.UsageError, ValueError) as e:
     print("%s: error: %s" % (PROG, e), file=sys.stderr)
@@ -286,9 +315,9 @@ def main(argv=None):
     sys.stdout.write(job.dry_run_text())
     sys.stdout.flush()
     return _check_data(job) or _preflight(job, args.tpu)
-  if not args.report and _check_data(job):
-    return 2
   try:
+    if not args.report and _check_data(job):
+      return 2
     job.run(train=not args.report)
   except ValueError as e:  # e.g. output_dir holds another sweep
     print("%s: error: %s" % (PROG, e), file=sys.stderr)
@@ -296,6 +325,9 @@ def main(argv=None):
   except RuntimeError as e:  # a run failed; rerun to resume
     print("%s: error: %s" % (PROG, e), file=sys.stderr)
     return 1
+  except KeyboardInterrupt:
+    print(_interrupted(job, argv), file=sys.stderr)
+    return 130
   return 0
 
 

@@ -21,6 +21,7 @@ import argparse
 import sys
 
 from mtf_talking_heads import commands
+from mtf_talking_heads.commands import prechecks
 
 PROG = "mtf_th train"
 
@@ -124,8 +125,33 @@ def _command(prog, argv):
   return " ".join([prog, shlex.join(argv)])
 
 
-def run_command(prog, parser, argv, body):
-  """Parses argv, runs body(args).
+def check_common(args, writes=True, purpose=""):
+  """The checks of add_common_flags' flags that need no TensorFlow.
+
+  Args:
+    args: the parsed arguments.
+    writes: the command trains into --model_dir (train, finetune): it may
+      be new, must be writable and not in use by another writer; else it
+      must exist (eval, decode).
+    purpose: what a reader writes into --model_dir anyway (eval: its
+      results), which then must be writable too.
+  Raises:
+    commands.UsageError: one line naming the flag and the fix.
+  """
+  prechecks.gin_files(args.gin_file)
+  prechecks.gin_order(args.gin_file)
+  prechecks.gin_params(args.gin_param)
+  prechecks.directory(args.model_dir, "--model_dir",
+                      write=writes or bool(purpose), must_exist=not writes,
+                      purpose=purpose)
+  if writes:
+    prechecks.not_in_use(args.model_dir, "--model_dir")
+  if not args.tpu:
+    prechecks.cache()
+
+
+def run_command(prog, parser, argv, body, precheck=check_common):
+  """Parses argv, runs precheck(args) (before TensorFlow), then body(args).
 
   Exit status: 2 for ConfigError/usage errors, 1 when an op failed
   (training.TrainingError), 130 on Ctrl-C; each with one line on stderr.
@@ -134,6 +160,11 @@ def run_command(prog, parser, argv, body):
   if isinstance(args, int):
     return args
   if use_cluster(prog, args, argv):
+    return 2
+  try:
+    precheck(args)
+  except commands.UsageError as e:
+    print("%s: error: %s" % (prog, e), file=sys.stderr)
     return 2
   try:
     announce(prog, args)

@@ -17,6 +17,7 @@ without P_l / P_w (multi-head) is an error (exit status 2).
 import sys
 
 from mtf_talking_heads import commands
+from mtf_talking_heads.commands import prechecks
 
 PROG = "mtf_th visualize"
 
@@ -46,6 +47,15 @@ def main(argv=None):
   args = commands.parse(_build_parser(), argv)
   if isinstance(args, int):
     return args
+  try:
+    prechecks.checkpoint(args.model_dir, "--model_dir")
+    if args.baseline:
+      prechecks.checkpoint(args.baseline, "--baseline")
+    if args.output_dir:
+      prechecks.directory(args.output_dir, "--output_dir", write=True)
+  except commands.UsageError as e:
+    print("%s: error: %s" % (PROG, e), file=sys.stderr)
+    return 2
   from mtf_talking_heads import visualize  # pylint: disable=g-import-not-at-top
   try:
     result = visualize.visualize(args.model_dir, args.output_dir,

@@ -34,6 +34,7 @@ import time
 
 import gin
 
+from mtf_talking_heads import cache_paths
 from mtf_talking_heads.data import _stdlib_text
 
 CORPUS_VERSION = 1
@@ -43,18 +44,7 @@ VALIDATION_PER_MILLE = 20
 SPLITS = ("train", "validation")
 
 
-def cache_dir():
-  """Root of all caches: $MTF_TH_CACHE, else ~/.cache/mtf_talking_heads.
-
-  $XDG_CACHE_HOME replaces ~/.cache when set.  Read at every call, so tests
-  (and users) can switch it with the environment variable.
-  """
-  path = os.environ.get("MTF_TH_CACHE")
-  if not path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".cache")
-    path = os.path.join(base, "mtf_talking_heads")
-  return os.path.abspath(path)
+cache_dir = cache_paths.cache_dir  # $MTF_TH_CACHE, else ~/.cache/mtf_talking_heads
 
 
 _KEY_MEMO = {}

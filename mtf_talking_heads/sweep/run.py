@@ -5,23 +5,29 @@ one run's `mtf_th train` / `mtf_th eval` commands, the results.csv line it
 appends, progress lines with an ETA) and the time accounting of a run over
 its interrupted pieces (RUN_TIME in the run directory).
 """
+import csv
 import glob
 import json
 import os
 import resource
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
 
 from mtf_talking_heads import comparison
+from mtf_talking_heads import dir_lock
 from mtf_talking_heads.sweep import lazy
 from mtf_talking_heads.sweep import plan as plan_lib
 from mtf_talking_heads.sweep import report
 from mtf_talking_heads.sweep import results
 
 RUN_TIME = "sweep_time.json"
+POLL_SECS = 2
+PROGRESS_EVERY_SECS = 60
+INTERRUPT_GRACE_SECS = 60
 
 
 def default_launcher():
@@ -49,30 +55,46 @@ class Runner(object):
     self.launcher = list(launcher or default_launcher())
     self.log = log or sys.stdout
 
-  def check_manifest(self):
-    """Records the plan's manifest, or refuses an output_dir of another sweep.
+  def manifest_conflict(self):
+    """Refuses an output_dir of another sweep; writes nothing.
 
+    Returns:
+      the recorded manifest (None for a new output_dir).
     Raises:
       ValueError: output_dir holds a sweep with other settings (more rows
         are allowed: the sweep grows, recorded runs stay).
     """
     output_dir = self.plan.output_dir
     path = os.path.join(output_dir, plan_lib.MANIFEST)
+    if not os.path.exists(path):
+      return None
     mine = self.plan.manifest()
-    if os.path.exists(path):
-      with open(path) as f:
-        theirs = json.load(f)
-      different = sorted(k for k in mine if mine[k] != theirs.get(k)
-                         and not (k == "finetune" and k not in theirs))
-      if different == ["rows"] and all(r in mine["rows"]
-                                       for r in theirs["rows"]):
-        different = []  # more rows: the sweep grows, recorded runs stay
-      if different:
-        raise ValueError(
-            "output_dir=%r holds a sweep with other settings (%s differ; "
-            "see %s); use a new --output_dir, or the same settings to resume "
-            "(adding rows is allowed)"
-            % (output_dir, ", ".join(different), path))
+    with open(path) as f:
+      theirs = json.load(f)
+    different = sorted(k for k in mine if mine[k] != theirs.get(k)
+                       and not (k == "finetune" and k not in theirs))
+    if different == ["rows"] and all(r in mine["rows"]
+                                     for r in theirs["rows"]):
+      different = []  # more rows: the sweep grows, recorded runs stay
+    if different:
+      raise ValueError(
+          "output_dir=%r holds a sweep with other settings (%s differ; "
+          "see %s); use a new --output_dir, or the same settings to resume "
+          "(adding rows is allowed)"
+          % (output_dir, ", ".join(different), path))
+    return theirs
+
+  def check_manifest(self):
+    """Records the plan's manifest, or refuses an output_dir of another sweep.
+
+    Raises:
+      ValueError: see manifest_conflict.
+    """
+    output_dir = self.plan.output_dir
+    path = os.path.join(output_dir, plan_lib.MANIFEST)
+    mine = self.plan.manifest()
+    theirs = self.manifest_conflict()
+    if theirs is not None:
       if mine["rows"] != theirs["rows"] or ("finetune" in mine
                                            and "finetune" not in theirs):
         with open(path, "w") as f:
@@ -94,6 +116,9 @@ class Runner(object):
     seen, so the run follows the same curve as an uninterrupted one.  Wall
     and CPU seconds add up over the pieces (RUN_TIME in the run directory).
     """
+    busy = dir_lock.refusal(run.model_dir, "--model_dir")
+    if busy:  # e.g. a `mtf_th train` started by hand into this run
+      raise ValueError(busy)
     if os.path.isdir(run.model_dir) and not glob.glob(
         os.path.join(run.model_dir, "model.ckpt-*.index")):
       shutil.rmtree(run.model_dir)  # nothing to resume from (e.g. only the
@@ -121,7 +146,8 @@ class Runner(object):
         log.flush()
         began = time.time()
         try:  # an interrupted piece's time counts too (Ctrl-C, SIGTERM)
-          code = subprocess.call(argv, stdout=log, stderr=subprocess.STDOUT)
+          proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+          code = self._watch(proc, run, model_dir)
         finally:
           write_run_time(model_dir, spent, time.time() - start,
                          _children_cpu_seconds() - cpu_start)
@@ -134,6 +160,49 @@ class Runner(object):
             "run %s seed %d failed (exit status %d) in `%s`; log %s ends:\n%s"
             % (run.row.name, run.seed, code, " ".join(argv[:len(
                 self.launcher) + 1]), log_path, tail))
+
+  def _watch(self, proc, run, model_dir):
+    """Waits for a run's command; returns its exit status.
+
+    Says a line for every new evaluation in the run's eval_results.csv and,
+    while it trains, one every PROGRESS_EVERY_SECS with its step, loss,
+    steps/s and its own ETA (its steps left at its recent rate).  On Ctrl-C
+    the command gets SIGINT (it saves nothing half-written and exits) and,
+    if it has not exited after INTERRUPT_GRACE_SECS, SIGKILL.
+    """
+    seen = set(_eval_rows(model_dir))
+    last = time.time()
+    try:
+      while True:
+        try:
+          return proc.wait(timeout=POLL_SECS)
+        except subprocess.TimeoutExpired:
+          pass
+        evals = _eval_rows(model_dir)
+        for step in sorted(set(evals) - seen):
+          self.say("    %s seed %d: ln(PPL) %.4f at step %d%s"
+                   % (run.row.name, run.seed, evals[step], step,
+                      self._run_eta(model_dir)))
+          last = time.time()
+        seen = set(evals)
+        if time.time() - last >= PROGRESS_EVERY_SECS:
+          line = _train_progress(model_dir, self.plan.train_steps)
+          if line:
+            self.say("    %s seed %d: %s" % (run.row.name, run.seed, line))
+          last = time.time()
+    except KeyboardInterrupt:
+      if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+          proc.wait(timeout=INTERRUPT_GRACE_SECS)
+        except subprocess.TimeoutExpired:
+          proc.kill()
+          proc.wait()
+      raise
+
+  def _run_eta(self, model_dir):
+    line = _train_progress(model_dir, self.plan.train_steps)
+    return "; " + line if line else ""
 
   def finetune(self, run):
     """The fine-tuning stage of a pre-trained run, resumably; its cells.
@@ -181,10 +250,18 @@ class Runner(object):
       the summary rows (report.summarize()) of all recorded runs.
     """
     plan = self.plan
-    if not train and not os.path.exists(os.path.join(plan.output_dir,
-                                                     plan_lib.MANIFEST)):
-      raise ValueError("output_dir=%r holds no sweep to report on"
-                       % plan.output_dir)
+    if not train:
+      if not os.path.exists(os.path.join(plan.output_dir, plan_lib.MANIFEST)):
+        raise ValueError("output_dir=%r holds no sweep to report on"
+                         % plan.output_dir)
+      return self._run(train)
+    self.manifest_conflict()
+    os.makedirs(plan.output_dir, exist_ok=True)
+    with dir_lock.hold(plan.output_dir, "--output_dir", self.log):
+      return self._run(train)
+
+  def _run(self, train):
+    plan = self.plan
     self.check_manifest()
     runs = plan.runs()
     done = results.read_results(plan.output_dir)
@@ -237,6 +314,50 @@ class Runner(object):
                 cells["downstream_mixture"], _cell(cells["span_f1"]),
                 _cell(cells["cls_accuracy"])))
     self.reporter.write_table()
+
+
+def _eval_rows(model_dir, split="validation"):
+  """{step: ln_ppl} in model_dir's eval_results.csv (a partial line skipped)."""
+  path = os.path.join(model_dir, "eval_results.csv")
+  out = {}
+  try:
+    with open(path) as f:
+      for r in csv.DictReader(f):
+        try:
+          if r["split"] == split:
+            out[int(r["step"])] = float(r["ln_ppl"])
+        except (KeyError, TypeError, ValueError):
+          continue
+  except OSError:
+    pass
+  return out
+
+
+def _train_progress(model_dir, train_steps, window=50):
+  """"step S/N, loss L, R steps/s; ETA T for this run" from train_log.csv
+  (the rate over its last `window` rows; None before the first row)."""
+  rows = []
+  try:
+    with open(os.path.join(model_dir, "train_log.csv")) as f:
+      for r in csv.DictReader(f):
+        try:
+          rows.append((int(r["step"]), float(r["loss"]),
+                       float(r["elapsed_sec"])))
+        except (KeyError, TypeError, ValueError):
+          continue
+  except OSError:
+    return None
+  if not rows:
+    return None
+  step, loss, elapsed = rows[-1]
+  first = rows[max(0, len(rows) - window)]
+  rate = ((step - first[0]) / (elapsed - first[2])
+          if elapsed > first[2] else None)
+  text = "step %d/%d, loss %.4f" % (step, train_steps, loss)
+  if rate:
+    text += ", %.2f steps/s; ETA %s for this run's training" % (
+        rate, lazy.progress.format_seconds((train_steps - step) / rate))
+  return text
 
 
 def _cell(value):

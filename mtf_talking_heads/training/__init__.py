@@ -41,9 +41,12 @@ The package, one job per file:
   errors.py       ConfigError, TrainingError, Interrupted; op-failure lines.
   settings.py     parse_gin, Settings (what utils.run will receive).
   checks.py       preflight(), check_settings(): every check before a graph.
+  model_size.py   the model's size line and the RAM bound, before a graph.
   devices.py      mtf_th.mesh_devices: logical CPU devices for the mesh.
   estimator.py    run(): utils.run with our train_model_fn; the estimator's
-                  seed and devices; no retry of failing ops.
+                  seed (initial weights seeded by name: ../init_seeds.py)
+                  and devices; no retry of failing ops; the model_dir lock
+                  (../dir_lock.py); --tpu resolved first.
   hooks.py        OrderReadsBeforeWritesHook (reproducible steps).
   checkpoints.py  which checkpoints to keep, which exist, whether they fit.
   loop.py         mtf_th.train_model and train().

@@ -147,13 +147,16 @@ def checkpoint_steps(model_dir):
   return sorted(set(steps))
 
 
-def checkpoint_paths(model_dir, steps):
-  """Paths of the checkpoints for `steps` (None: latest; "all")."""
+def checkpoint_paths(model_dir, steps, flag="--model_dir"):
+  """Paths of the checkpoints for `steps` (None: latest; "all").
+
+  `flag` names model_dir in messages (e.g. "--pretrained_model_dir").
+  """
   available = checkpoint_steps(model_dir)
   if not available:
-    raise errors.ConfigError("no checkpoint in --model_dir %r: train first "
-                             "(mtf_th train --model_dir %s ...)" % (model_dir,
-                                                            model_dir))
+    raise errors.ConfigError("no checkpoint in %s %r: train first "
+                             "(mtf_th train --model_dir %s ...)"
+                             % (flag, model_dir, model_dir))
   if steps is None or steps == -1:
     steps = [available[-1]]
   elif steps == "all":
@@ -164,8 +167,8 @@ def checkpoint_paths(model_dir, steps):
   for step in steps:
     if step not in available:
       raise errors.ConfigError(
-          "no checkpoint for step %s in %s; available steps: %s"
-          % (step, model_dir, ", ".join(str(s) for s in available)))
+          "no checkpoint for step %s in %s %s; available steps: %s"
+          % (step, flag, model_dir, ", ".join(str(s) for s in available)))
     out.append((step, os.path.join(model_dir, "model.ckpt-%d" % step)))
   return out
 

@@ -13,6 +13,7 @@ from mtf_talking_heads.training import checkpoints
 from mtf_talking_heads.training import checks
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import estimator as estimator_lib
+from mtf_talking_heads.training import model_size
 from mtf_talking_heads.training import evaluation
 from mtf_talking_heads.training import settings as settings_lib
 
@@ -53,7 +54,8 @@ def load_for_decoding(model_dir, gin_files, gin_params, checkpoint_step,
   settings_lib.parse_gin(checkpoints.operative_gin(model_dir, gin_files),
                          gin_params)
   checkpoints.match_checkpoint_dtype(checkpoint[1])
-  settings, _ = checks.preflight(tpu)
+  settings, description = checks.preflight(tpu)
+  model_size.report(settings, description, tpu, 'decode', train=False)
   if settings.model_type != "bitransformer":
     raise errors.ConfigError(not_encdec % settings.model_type)
   checkpoints.check_checkpoint_matches([checkpoint[1]], settings)

@@ -45,6 +45,11 @@ _FIXES = (
      "tensors have at most 5 dims"),
     ("OOM", "out of memory: lower batch_size, the sequence lengths or the "
             "model size, or use a larger mesh"),
+    ("Permission denied", "a file could not be written: make --model_dir "
+                          "writable or give a writable --model_dir (the same "
+                          "command fails again until then)"),
+    ("Read-only file system", "the file system is read-only: give a "
+                              "--model_dir on a writable one"),
 )
 
 

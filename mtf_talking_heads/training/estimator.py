@@ -6,12 +6,16 @@ device, resource variables), the no-retry policy for failing ops, and the
 --model_dir check.
 """
 
+import contextlib
+
 import gin
 from mesh_tensorflow.transformer import utils as mtf_utils
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import cluster as cluster_lib
 from mtf_talking_heads import compat
+from mtf_talking_heads import dir_lock
+from mtf_talking_heads import init_seeds
 from mtf_talking_heads.training import cluster as training_cluster
 from mtf_talking_heads.training import devices
 from mtf_talking_heads.training import errors
@@ -23,8 +27,11 @@ EVAL_SEED = 4321
 
 def configure_estimator(estimator, seed):
   """compat.configure_estimator (seed, every logical CPU device, resource
-  variables); on --cluster also sessions on task 0 with isolated state."""
+  variables); each variable's initializer seeded by its name, so the initial
+  weights are the same on every mesh (init_seeds.py); on --cluster also
+  sessions on task 0 with isolated state."""
   compat.configure_estimator(estimator, seed)
+  estimator._model_fn = init_seeds.seeded_model_fn(estimator._model_fn)  # pylint: disable=protected-access
   if cluster_lib.active() is not None:
     config = training_cluster.configure_run_config(estimator._config)  # pylint: disable=protected-access
     estimator._config = config  # pylint: disable=protected-access
@@ -43,12 +50,55 @@ def check_model_dir(model_dir):
                              % model_dir)
 
 
+@contextlib.contextmanager
+def writer_lock(model_dir):
+  """Holds model_dir's lock (dir_lock.py) while this process writes to it.
+
+  Raises:
+    ConfigError: another live train/finetune/sweep run holds it (one line).
+  """
+  try:
+    dir_lock.acquire(model_dir, "--model_dir")
+  except dir_lock.LockedError as e:
+    raise errors.ConfigError(str(e)) from None
+  try:
+    yield
+  finally:
+    dir_lock.release(model_dir)
+
+
+def check_tpu(tpu, tpu_zone=None, gcp_project=None):
+  """Resolves --tpu NAME the way utils.run will, before anything is built.
+
+  A TPU name is looked up through the GCE metadata server and the Cloud TPU
+  API; without them (no network, not on a GCP VM) TensorFlow's resolver
+  fails deep inside utils.run with a long traceback.  A grpc:// address is
+  not looked up.
+
+  Raises:
+    ConfigError: one line naming --tpu and what to give instead.
+  """
+  if not tpu or tpu.startswith("grpc://"):
+    return
+  try:
+    tf.distribute.cluster_resolver.TPUClusterResolver(
+        tpu, zone=tpu_zone, project=gcp_project)
+  except Exception as e:  # pylint: disable=broad-except  (urllib, googleapiclient, ValueError)
+    reason = (str(getattr(e, "reason", "")) or str(e)).splitlines()
+    raise errors.ConfigError(
+        "--tpu %s: cannot resolve this Cloud TPU (%s: %s); run on a GCP VM "
+        "with network access and give --tpu_zone and --gcp_project, or give "
+        "the TPU's address as --tpu grpc://IP:8470" % (
+            tpu, type(e).__name__, reason[0] if reason else "")) from None
+
+
 def run(model_dir, tpu, tpu_zone, gcp_project, fn, settings):
   """utils.run with `fn` as its train_model_fn (None: gin's binding).
 
   How: utils.run builds the TPUEstimator exactly as ``t5_mesh_transformer``
   would from the same gin and passes it to its train_model_fn.
   """
+  check_tpu(tpu, tpu_zone, gcp_project)
   mesh_devices = None if tpu else devices.mesh_devices(settings.mesh_shape)
   training_cluster.preflight(model_dir, training_cluster.data_paths())
   kwargs = {} if fn is None else {"train_model_fn": fn}

@@ -19,6 +19,7 @@ from mtf_talking_heads.training import checkpoints
 from mtf_talking_heads.training import checks
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import estimator as estimator_lib
+from mtf_talking_heads.training import model_size
 from mtf_talking_heads.training import settings as settings_lib
 
 
@@ -131,7 +132,8 @@ def evaluate(model_dir, gin_files=(), gin_params=(), checkpoint_steps=None,
   settings_lib.parse_gin(checkpoints.operative_gin(model_dir, gin_files),
                          gin_params)
   checkpoints.match_checkpoint_dtype(paths[-1][1])
-  settings, _ = checks.preflight(tpu)
+  settings, description = checks.preflight(tpu)
+  model_size.report(settings, description, tpu, 'eval', train=False)
   checkpoints.check_checkpoint_matches([path for _, path in paths], settings)
   options = evaluate_checkpoints()
   options["mixture_or_task_name"] = (options["mixture_or_task_name"] or

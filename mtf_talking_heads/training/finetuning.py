@@ -21,6 +21,7 @@ from mtf_talking_heads.training import checkpoints
 from mtf_talking_heads.training import checks
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import estimator as estimator_lib
+from mtf_talking_heads.training import model_size
 from mtf_talking_heads.training import loop
 from mtf_talking_heads.training import settings as settings_lib
 
@@ -53,8 +54,8 @@ def finetune(model_dir, pretrained_model_dir, gin_files=(), gin_params=(),
     raise errors.ConfigError(
         "--model_dir must differ from --pretrained_model_dir "
         "(fine-tuning never overwrites pre-training checkpoints)")
-  step, path = checkpoints.checkpoint_paths(pretrained_model_dir,
-                                            checkpoint_step)[0]
+  step, path = checkpoints.checkpoint_paths(
+      pretrained_model_dir, checkpoint_step, "--pretrained_model_dir")[0]
   settings_lib.parse_gin(gin_files, gin_params)
   if finetune_steps is None:
     finetune_steps = models.query("finetune_steps")
@@ -70,16 +71,19 @@ def finetune(model_dir, pretrained_model_dir, gin_files=(), gin_params=(),
     gin.bind_parameter("utils.run.seen_data_init_step", step)
     gin.bind_parameter("mtf_th.warmup_linear_decay.start_step", step)
   loop.require_train_fn()
-  settings, _ = checks.preflight(tpu)
+  settings, description = checks.preflight(tpu)
+  model_size.report(settings, description, tpu, 'finetune')
   checkpoints.check_checkpoint_matches([path], settings,
                                        "--pretrained_model_dir",
                                        missing_ok=True)
   if checkpoints.latest_step(model_dir) is not None:
     checkpoints.check_checkpoint_matches(
         [tf.train.latest_checkpoint(model_dir)], settings)
+  estimator_lib.check_tpu(tpu, tpu_zone, gcp_project)
   tf.io.gfile.makedirs(model_dir)
   print("[finetune] from %s (step %d) to step %d in %s"
         % (path, step, step + finetune_steps, model_dir), file=sys.stderr,
         flush=True)
-  estimator_lib.run(model_dir, tpu, tpu_zone, gcp_project, None, settings)
+  with estimator_lib.writer_lock(model_dir):
+    estimator_lib.run(model_dir, tpu, tpu_zone, gcp_project, None, settings)
   return progress.read_train_log(model_dir)

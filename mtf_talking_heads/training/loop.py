@@ -19,6 +19,7 @@ from mtf_talking_heads.training import checks
 from mtf_talking_heads.training import cluster as training_cluster
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import estimator as estimator_lib
+from mtf_talking_heads.training import model_size
 from mtf_talking_heads.training import hooks as hooks_lib
 from mtf_talking_heads.training import settings as settings_lib
 
@@ -26,10 +27,15 @@ from mtf_talking_heads.training import settings as settings_lib
 def _op_error_message(e, model_dir, step):
   """One line: the failing op, the cause and what to change."""
   failure, fix = errors.op_failure(e)
-  return ("%s at step %s; not a preemption, so not retried. %s. The last "
-          "checkpoint in %s (step %s) is intact and the same command resumes "
-          "from it." % (failure, "?" if step is None else step, fix,
-                        model_dir, checkpoints.latest_step(model_dir)))
+  latest = checkpoints.latest_step(model_dir)
+  where = "before the first step" if step is None else "at step %d" % step
+  if latest is None:
+    after = "%s holds no checkpoint yet" % model_dir
+  else:
+    after = ("the last checkpoint in %s (step %d) is intact and the same "
+             "command resumes from it" % (model_dir, latest))
+  return ("%s %s; not a preemption, so not retried. %s. %s."
+          % (failure, where, fix, after[0].upper() + after[1:]))
 
 
 def _events_files(model_dir):
@@ -170,15 +176,18 @@ def train(model_dir, gin_files=(), gin_params=(), train_steps=None, tpu=None,
     extra.append("utils.run.train_steps = %d" % train_steps)
   settings_lib.parse_gin(gin_files, gin_params, extra)
   require_train_fn()
-  settings, _ = checks.preflight(tpu)
+  settings, description = checks.preflight(tpu)
+  model_size.report(settings, description, tpu, 'train')
   if not isinstance(settings.train_steps, int) or settings.train_steps < 1:
     raise errors.ConfigError("train_steps must be a positive integer, got %r"
                              % (settings.train_steps,))
   if checkpoints.latest_step(model_dir) is not None:
     checkpoints.check_checkpoint_matches(
         [tf.train.latest_checkpoint(model_dir)], settings)
+  estimator_lib.check_tpu(tpu, tpu_zone, gcp_project)
   tf.io.gfile.makedirs(model_dir)
-  estimator_lib.run(model_dir, tpu, tpu_zone, gcp_project, None, settings)
+  with estimator_lib.writer_lock(model_dir):
+    estimator_lib.run(model_dir, tpu, tpu_zone, gcp_project, None, settings)
   return progress.read_train_log(model_dir)
 
 

@@ -6,14 +6,12 @@ utils.run will receive: model type, mesh, layout, batch, lengths, steps,
 task) and the configured vocabulary's size.  The checks of those settings
 are checks.py's.
 """
-import difflib
-import os
-
 import gin
 import gin.tf  # pylint: disable=unused-import  (GinConfigSaverHook)
 import mesh_tensorflow as mtf
 from mesh_tensorflow.transformer import utils as mtf_utils
 
+from mtf_talking_heads import gin_paths
 from mtf_talking_heads import layers  # pylint: disable=unused-import  (gin classes)
 from mtf_talking_heads import models
 from mtf_talking_heads.training import errors
@@ -25,29 +23,10 @@ def resolve_gin_file(name):
   Raises:
     ConfigError: naming the file, the directories searched and close matches.
   """
-  if not isinstance(name, str) or not name.strip():
-    raise errors.ConfigError(
-        "--gin_file is empty (%r): give a gin file such as "
-        "experiments/t5_heads/07_talking_heads_24_32.gin" % (name,))
-  candidates = [name] if os.path.isabs(name) else (
-      [name] + [os.path.join(p, name) for p in
-                gin.config._LOCATION_PREFIXES if p])  # pylint: disable=protected-access
-  for path in candidates:
-    if os.path.isfile(path):
-      return os.path.abspath(path)
-  known = []
   try:
-    known = models.list_gin_files()
-  except FileNotFoundError:
-    pass
-  close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-  hint = (" Did you mean %s?" % " or ".join(close)) if close else ""
-  raise errors.ConfigError(
-      "--gin_file %r: no such file (looked in the current directory and %s)."
-      "%s Files shipped with mtf_talking_heads are listed by "
-      "`ls %s`." % (name, ", ".join(p for p in gin.config._LOCATION_PREFIXES  # pylint: disable=protected-access
-                                    if p) or "nowhere else", hint,
-                           models.gin_dir()))
+    return gin_paths.resolve(name, gin.config._LOCATION_PREFIXES)  # pylint: disable=protected-access
+  except FileNotFoundError as e:
+    raise errors.ConfigError(str(e)) from None
 
 
 def parse_gin(gin_files=(), gin_params=(), extra_params=()):

@@ -18,10 +18,31 @@ def default_data_dir():
       os.path.expanduser("~"), "tensorflow_datasets")
 
 
-def tfds_datasets(mixture_or_task_name):
+def get_provider(name, name_flag="MIXTURE_NAME"):
+  """The registered seqio task or mixture `name`.
+
+  Raises:
+    ConfigError: naming `name_flag` (e.g. --task), with close names.
+  """
+  import difflib  # pylint: disable=g-import-not-at-top
+  import seqio  # pylint: disable=g-import-not-at-top
+  try:
+    return seqio.get_mixture_or_task(name)
+  except ValueError:
+    known = sorted(seqio.MixtureRegistry.names()) + sorted(
+        seqio.TaskRegistry.names())
+    close = difflib.get_close_matches(name, known, n=3)
+    ours = sorted(k for k in known if k.startswith("th_"))
+    raise errors.ConfigError(
+        "%s %r is not a registered task or mixture; %s" % (
+            name_flag, name, ("did you mean %s?" % " or ".join(close))
+            if close else "this package registers %s" % ", ".join(ours)))
+
+
+def tfds_datasets(mixture_or_task_name, name_flag="MIXTURE_NAME"):
   """Sorted TFDS names ("glue/mnli:1.0.0") the mixture's tasks read."""
   import seqio  # pylint: disable=g-import-not-at-top
-  provider = seqio.get_mixture_or_task(mixture_or_task_name)
+  provider = get_provider(mixture_or_task_name, name_flag)
   tasks = provider.tasks if isinstance(provider, seqio.Mixture) else [provider]
   names = set()
   for task in tasks:
@@ -37,26 +58,28 @@ def dataset_dir(data_dir, name):
   return os.path.join(data_dir, *path.split("/"), version)
 
 
-def missing_datasets(mixture_or_task_name, data_dir):
+def missing_datasets(mixture_or_task_name, data_dir, name_flag="MIXTURE_NAME"):
   """The TFDS names of the mixture that data_dir lacks."""
   import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
-  return [n for n in tfds_datasets(mixture_or_task_name)
+  return [n for n in tfds_datasets(mixture_or_task_name, name_flag)
           if not tf.io.gfile.exists(os.path.join(dataset_dir(data_dir, n),
                                                  "dataset_info.json"))]
 
 
-def check_data(mixture_or_task_name, data_dir=None, flag="--data_dir"):
+def check_data(mixture_or_task_name, data_dir=None, flag="--data_dir",
+               name_flag="MIXTURE_NAME"):
   """Raises ConfigError (one line) unless every TFDS dataset is prepared.
 
   Args:
     mixture_or_task_name: a registered task or mixture.
     data_dir: the TFDS data directory (None: TFDS's default).
     flag: the option named in the message.
+    name_flag: what named the mixture (MIXTURE_NAME, --task).
   """
   import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
   where = data_dir or default_data_dir()
   try:
-    missing = missing_datasets(mixture_or_task_name, where)
+    missing = missing_datasets(mixture_or_task_name, where, name_flag)
   except tf.errors.OpError as e:  # e.g. a bucket that cannot be reached
     raise errors.ConfigError("cannot read %s=%s: %s" % (
         flag, where, str(e.message).splitlines()[0])) from None

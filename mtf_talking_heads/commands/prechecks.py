@@ -1,0 +1,231 @@
+"""Checks of paths, gin files and bindings that run before TensorFlow loads.
+
+Every `mtf_th` command that builds a graph checks its arguments here first,
+so a bad path or binding is refused in one line (exit status 2) in well
+under a second instead of after TensorFlow's import.  Each function raises
+commands.UsageError with a message that names the flag and the fix.
+Imports only the standard library (and gin_paths / dir_lock, which do too).
+"""
+import ast
+import os
+import re
+import sys
+
+from mtf_talking_heads import cache_paths
+from mtf_talking_heads import commands
+from mtf_talking_heads import dir_lock
+from mtf_talking_heads import gin_paths
+
+
+def _existing_ancestor(path):
+  """The nearest existing path at or above `path` (absolute)."""
+  path = os.path.abspath(path)
+  while not os.path.lexists(path):
+    parent = os.path.dirname(path)
+    if parent == path:
+      break
+    path = parent
+  return path
+
+
+def directory(path, flag, write=False, must_exist=False, purpose=""):
+  """A directory flag: not a file, not under a file, writable if `write`.
+
+  Args:
+    path: the flag's value.
+    flag: its name, e.g. "--model_dir".
+    write: the command writes into it (or creates it).
+    must_exist: the command reads what is in it.
+    purpose: for a read-only directory, what the command would write there,
+      e.g. "eval_results.csv and the eval events".
+  Raises:
+    commands.UsageError: one line naming the flag and the fix.
+  """
+  if not isinstance(path, str) or not path.strip():
+    raise commands.UsageError("%s is empty: give a directory" % flag)
+  if "://" in path:  # gs:// and the like: TensorFlow's file systems
+    return
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise commands.UsageError(
+        "%s %s is a file, not a directory: give a directory (a new path is "
+        "created)" % (flag, path))
+  ancestor = _existing_ancestor(path)
+  if not os.path.isdir(ancestor):
+    raise commands.UsageError(
+        "%s %s is under %s, which is a file, so no directory can be created "
+        "there: give a path under a directory" % (flag, path, ancestor))
+  if must_exist and not os.path.isdir(path):
+    raise commands.UsageError(
+        "%s %s does not exist: give the directory a run trained into"
+        % (flag, path))
+  if write and not os.access(ancestor, os.W_OK | os.X_OK):
+    what = (" (it writes %s there)" % purpose) if purpose else ""
+    if ancestor == os.path.abspath(path):
+      raise commands.UsageError(
+          "%s %s is read-only for this user%s: copy it to a writable place "
+          "(cp -r %s NEW_DIR) and give %s NEW_DIR" % (
+              flag, path, what, path, flag))
+    raise commands.UsageError(
+        "%s %s cannot be created: %s is read-only for this user; give a "
+        "path under a writable directory" % (flag, path, ancestor))
+
+
+def not_in_use(path, flag):
+  """Refuses a second writer of `path` (dir_lock.py), in one line."""
+  message = dir_lock.refusal(path, flag)
+  if message:
+    raise commands.UsageError(message)
+
+
+def checkpoint(path, flag):
+  """A directory holding checkpoints, or a checkpoint prefix."""
+  if os.path.isdir(path) or os.path.exists(path + ".index") or "://" in path:
+    return
+  if os.path.exists(path):
+    raise commands.UsageError(
+        "%s %s is a file, not a training directory or a checkpoint prefix "
+        "(e.g. %s/model.ckpt-0)" % (flag, path, os.path.dirname(path) or "."))
+  raise commands.UsageError(
+      "%s %s: no such directory or checkpoint (no %s.index); give a "
+      "training directory or a prefix such as MODEL_DIR/model.ckpt-0"
+      % (flag, path, path))
+
+
+def gin_files(names):
+  """Every --gin_file exists (in the current directory or gin/)."""
+  extra = []
+  gin = sys.modules.get("gin.config")
+  if gin is not None:  # a --module_import may have added search paths
+    extra = [p for p in getattr(gin, "_LOCATION_PREFIXES", []) if p]
+  for name in names:
+    try:
+      gin_paths.resolve(name, extra)
+    except FileNotFoundError as e:
+      raise commands.UsageError(str(e))
+
+
+_REFERENCE = re.compile(r"[@%]")
+
+
+def gin_params(params):
+  """Each --gin_param is `name = value` with a value gin can parse.
+
+  The common slip is an unquoted string: `mesh_shape = model:4` (gin then
+  reports "malformed node or string ... ast.Name").
+  """
+  for param in params:
+    if "=" not in param:
+      raise commands.UsageError(
+          "--gin_param %r is not a binding: write name = value, e.g. "
+          "--gin_param=\"utils.run.train_steps = 100\" or "
+          "--gin_param=\"mesh_shape = 'model:4'\"" % (param,))
+    name, value = [s.strip() for s in param.split("=", 1)]
+    if not name:
+      raise commands.UsageError("--gin_param %r names no parameter: write "
+                                "name = value" % (param,))
+    if not value:
+      raise commands.UsageError("--gin_param %r has no value: write name = "
+                                "value" % (param,))
+    if _REFERENCE.search(value) or "\n" in value:
+      continue  # gin references, macros, configurable calls
+    try:
+      ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+      raise commands.UsageError(
+          "--gin_param %r: %s is not a gin value; quote a string, e.g. "
+          "--gin_param \"%s = '%s'\"" % (param, value, name,
+                                          value.strip("'\"")))
+
+
+def cache():
+  """$MTF_TH_CACHE (or ~/.cache/mtf_talking_heads): a directory, writable
+  unless it already holds the corpus and vocabulary the runs read."""
+  path = cache_paths.cache_dir()
+  where = ("MTF_TH_CACHE=%s" % os.environ["MTF_TH_CACHE"]
+           if os.environ.get("MTF_TH_CACHE") else "the cache %s" % path)
+  fix = ("set MTF_TH_CACHE to a writable directory, e.g. "
+         "MTF_TH_CACHE=/tmp/mtf_th_cache")
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise commands.UsageError("%s is a file, not a directory: %s"
+                              % (where, fix))
+  ancestor = _existing_ancestor(path)
+  if not os.path.isdir(ancestor):
+    raise commands.UsageError("%s is under %s, which is a file: %s"
+                              % (where, ancestor, fix))
+  if not os.access(ancestor, os.W_OK | os.X_OK) and not (
+      os.path.isdir(path) and cache_paths.has_built_data(path)):
+    raise commands.UsageError(
+        "%s is read-only for this user and does not hold the built corpus "
+        "and vocabulary (the first run writes them there): %s"
+        % (where, fix))
+
+
+def _macros_by_file(path, gin_dir, stack=()):
+  """{macro: (raw value, the file that set it)} as gin reads `path`."""
+  from gin import config_parser  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import gin_text as gin_reader  # pylint: disable=g-import-not-at-top
+  out = {}
+  if path in stack:
+    return out
+  with open(path) as f:
+    statements = gin_reader._read_statements(f.read(), path)  # pylint: disable=protected-access
+  for statement in statements:
+    if isinstance(statement, config_parser.IncludeStatement):
+      try:
+        included = gin_reader.gin_path(statement.filename, path, gin_dir)
+      except ValueError:
+        continue  # training.parse_gin reports a missing include
+      out.update(_macros_by_file(included, gin_dir, stack + (path,)))
+    elif (isinstance(statement, config_parser.BindingStatement)
+          and not statement.scope and not statement.arg_name
+          and "." not in statement.selector):
+      out[statement.selector] = (repr(statement.value), path)
+  return out
+
+
+def scale_macros(gin_dir):
+  """The macros the scale files (models/*_tiny.gin) set."""
+  names = set()
+  for rel in gin_paths.list_gin_files(os.path.join(gin_dir, "models")):
+    if rel.endswith("_tiny.gin"):
+      names.update(_macros_by_file(os.path.join(gin_dir, "models", rel),
+                                   gin_dir))
+  return names
+
+
+def gin_order(names):
+  """Refuses a later --gin_file whose includes re-set an earlier file's scale.
+
+  `--gin_file models/t5_tiny.gin --gin_file experiments/t5_heads/07...gin`
+  builds the base T5: the experiment includes models/t5_base.gin, whose
+  d_model, num_layers ... override the tiny file's (gin: the last binding
+  wins).  A macro a later file sets in its own text is an intended override
+  (a layout file after a scale file), so only values set by an include
+  count.
+  """
+  if len(names) < 2:
+    return
+  try:
+    gin_dir = gin_paths.gin_dir()
+    paths = [gin_paths.resolve(n) for n in names]
+  except FileNotFoundError:
+    return
+  scale = scale_macros(gin_dir)
+  seen = {}  # macro -> (value, --gin_file that set it)
+  for name, path in zip(names, paths):
+    macros = _macros_by_file(path, gin_dir)
+    for macro, (value, origin) in sorted(macros.items()):
+      if (macro in scale and macro in seen and origin != path
+          and seen[macro][0] != value):
+        earlier = seen[macro][1]
+        again = sorted(m for m, (v, o) in macros.items()
+                       if m in scale and m in seen and o == origin
+                       and seen[m][0] != v)
+        raise commands.UsageError(
+            "--gin_file %s includes %s, which sets %s again after the "
+            "earlier --gin_file %s (the later file wins: %s = %s, not %s); "
+            "put the scale file last: --gin_file %s --gin_file %s"
+            % (name, os.path.relpath(origin, gin_dir), ", ".join(again),
+               earlier, macro, value, seen[macro][0], name, earlier))
+    for macro, (value, _) in macros.items():
+      seen[macro] = (value, name)

@@ -1,0 +1,336 @@
+"""Bad inputs of issue 20, each through the real `mtf_th` command line.
+
+Every case asserts the exit status, that stderr is one line, the key words
+of that line, and that the shared trained model_dir (one tiny T5 trained
+once for the module) keeps its files and their mtimes.  The cases marked
+no_tf must be refused before TensorFlow is imported (checked in the child
+process, not timed).  The layout-typo cases are tests/test_layout_refusals.py's.
+Ctrl-C during `mtf_th sweep` and `mtf_th demo` is tested with SIGINT sent
+to the real processes (slow).
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import _cli_util
+from mtf_talking_heads.commands import comm as comm_command
+from mtf_talking_heads.sweep import run as run_lib
+
+T5 = ["--gin_file", "experiments/t5_heads/07_talking_heads_24_32.gin",
+      "--gin_file", "models/t5_tiny.gin"]
+SMALL = ["--gin_param", "num_layers = 1", "--gin_param", "d_model = 32",
+         "--gin_param", "d_ff = 64"]
+
+
+def _snapshot(path):
+  """{relative path: mtime_ns} of a directory tree, the directory included."""
+  out = {".": os.stat(path).st_mtime_ns}
+  for root, dirs, files in os.walk(path):
+    for name in dirs + files:
+      full = os.path.join(root, name)
+      out[os.path.relpath(full, path)] = os.lstat(full).st_mtime_ns
+  return out
+
+
+def _make_read_only(path):
+  """chmod a-w, and for root (whom mode bits do not stop) chattr +i: then
+  nobody can create a file there.  False where neither works."""
+  for root, dirs, files in os.walk(path):
+    for name in files:
+      os.chmod(os.path.join(root, name), 0o444)
+  os.chmod(path, 0o555)
+  if os.getuid() != 0:
+    return True
+  done = subprocess.run(["chattr", "-R", "+i", path], capture_output=True)
+  return done.returncode == 0 and not os.access(path, os.W_OK)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+  """A trained tiny model_dir, a file, a read-only copy, a sweep.json."""
+  base = tmp_path_factory.mktemp("bad_inputs")
+  model_dir = str(base / "trained")
+  result = _cli_util.run(["train", "--model_dir", model_dir,
+                          "--train_steps", "1"] + T5 + SMALL, timeout=900)
+  assert result.code == 0, result.stderr
+  readonly = str(base / "readonly")
+  shutil.copytree(model_dir, readonly)
+  os.makedirs(os.path.join(readonly, "empty"))  # an empty read-only cache
+  read_only = _make_read_only(readonly)
+  a_file = str(base / "a_file")
+  with open(a_file, "w") as f:
+    f.write("not a directory\n")
+  sweep_dir = str(base / "sweep")
+  os.makedirs(sweep_dir)
+  shutil.copy(os.path.join(_cli_util.REPO, "sweeps", "lm_heads",
+                           "sweep.json"), sweep_dir)
+  yield dict(base=str(base), model_dir=model_dir, readonly=readonly,
+             read_only=read_only, file=a_file, sweep=sweep_dir)
+  if os.getuid() == 0:
+    subprocess.run(["chattr", "-R", "-i", readonly], capture_output=True)
+  os.chmod(readonly, 0o755)
+
+
+# name -> (argv with {model_dir} {readonly} {file} {base} {sweep} filled in,
+#          extra environment, exit status, words of the one stderr line,
+#          no TensorFlow imported, needs the read-only directory)
+CASES = {
+    "model_dir_under_a_file": (
+        ["train", "--model_dir", "{file}/run"] + T5, {}, 2,
+        ["--model_dir", "is under", "which is a file"], True, False),
+    "model_dir_is_a_file": (
+        ["train", "--model_dir", "{file}"] + T5, {}, 2,
+        ["--model_dir", "is a file, not a directory"], True, False),
+    "model_dir_read_only": (
+        ["train", "--model_dir", "{readonly}"] + T5, {}, 2,
+        ["--model_dir", "read-only", "copy it"], True, True),
+    "eval_into_read_only_model_dir": (
+        ["eval", "--model_dir", "{readonly}"], {}, 2,
+        ["--model_dir", "read-only", "eval_results.csv"], True, True),
+    "cache_is_a_file": (
+        ["train", "--model_dir", "{model_dir}"] + T5,
+        {"MTF_TH_CACHE": "{file}"}, 2,
+        ["MTF_TH_CACHE", "is a file", "writable directory"], True, False),
+    "cache_read_only_and_empty": (
+        ["train", "--model_dir", "{base}/new_run"] + T5,
+        {"MTF_TH_CACHE": "{readonly}/empty"}, 2,
+        ["MTF_TH_CACHE", "read-only", "corpus"], True, True),
+    "visualize_output_dir_is_a_file": (
+        ["visualize", "--model_dir", "{model_dir}", "--output_dir", "{file}"],
+        {}, 2, ["--output_dir", "is a file"], True, False),
+    "visualize_baseline_missing": (
+        ["visualize", "--model_dir", "{model_dir}", "--baseline",
+         "{model_dir}/model.ckpt-99"], {}, 2,
+        ["--baseline", "no such directory or checkpoint"], True, False),
+    "sweep_output_dir_is_a_file": (
+        ["sweep", "--paper_table", "lm_heads", "--rows", "1", "--output_dir",
+         "{file}"], {}, 2, ["--output_dir", "is a file"], True, False),
+    "sweep_dry_run_output_dir_is_a_file": (
+        ["sweep", "--paper_table", "lm_heads", "--rows", "1", "--output_dir",
+         "{file}", "--dry_run"], {}, 2, ["--output_dir", "is a file"], True,
+        False),
+    "sweep_dry_run_other_settings": (
+        ["sweep", "--paper_table", "lm_heads", "--output_dir", "{sweep}",
+         "--train_steps", "7", "--dry_run"], {}, 2,
+        ["holds a sweep with other settings", "train_steps"], True, False),
+    "eval_metrics_unknown_task": (
+        ["eval", "--metrics", "--task", "nosuch_task", "--model_dir",
+         "{model_dir}"], {}, 2,
+        ["--task 'nosuch_task'", "not a registered task", "th_"], False,
+        False),
+    "train_tpu_name_without_network": (
+        ["train", "--tpu", "my-tpu", "--model_dir", "{model_dir}"] + T5 +
+        SMALL, {},
+        2, ["--tpu my-tpu", "cannot resolve", "grpc://"], False, False),
+    "gin_param_unquoted_string": (
+        ["train", "--model_dir", "{model_dir}", "--gin_param",
+         "mesh_shape = model:4"] + T5, {}, 2,
+        ["--gin_param", "not a gin value", "mesh_shape = 'model:4'"], True,
+        False),
+    "pretrained_model_dir_missing": (
+        ["finetune", "--model_dir", "{base}/ft", "--pretrained_model_dir",
+         "{base}/no_such_run"] + T5, {}, 2,
+        ["--pretrained_model_dir", "does not exist"], True, False),
+    "scale_file_first": (
+        ["train", "--model_dir", "{model_dir}", "--gin_file",
+         "models/t5_tiny.gin", "--gin_file",
+         "experiments/t5_heads/07_talking_heads_24_32.gin"], {}, 2,
+        ["includes models/t5_base.gin", "d_model", "put the scale file last"],
+        True, False),
+    "gin_file_missing": (
+        ["train", "--model_dir", "{model_dir}", "--gin_file",
+         "experiments/t5_heads/07_talking_heads_24_23.gin"], {}, 2,
+        ["no such file", "07_talking_heads_24_32.gin"], True, False),
+    "eval_checkpoint_steps_not_numbers": (
+        ["eval", "--model_dir", "{model_dir}", "--checkpoint_steps", "foo"],
+        {}, 2, ["--checkpoint_steps", "'foo'"], True, False),
+    "eval_model_dir_missing": (
+        ["eval", "--model_dir", "{base}/no_such_run"], {}, 2,
+        ["--model_dir", "does not exist"], True, False),
+    "comm_unknown_strategy": (
+        ["comm", "--variant", "talking_heads", "--heads", "4", "--d_k", "4",
+         "--d_v", "4", "--d_model", "16", "--length", "8", "--batch", "4",
+         "--mesh_shape", "model:2", "--strategy", "nosuch"], {}, 2,
+        ["--strategy", "invalid choice"], True, False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_input(world, name):
+  argv, env, code, words, no_tf, read_only = CASES[name]
+  if read_only and not world["read_only"]:
+    pytest.skip("no way to make a directory read-only here")
+  argv = [a.format(**world) for a in argv]
+  env = {k: v.format(**world) for k, v in env.items()}
+  before = _snapshot(world["model_dir"])
+  result = _cli_util.run(argv, extra_env=env, cwd=world["base"])
+  lines = result.stderr.splitlines()
+  if not no_tf:  # after TensorFlow: the announce and model-size lines
+    lines = [l for l in lines if not l.startswith("[")]
+  assert result.code == code, result.stderr
+  assert len(lines) == 1, result.stderr
+  for word in words:
+    assert word in lines[0], lines[0]
+  assert lines[0].startswith("mtf_th %s: error: " % argv[0]), lines[0]
+  if no_tf:
+    assert result.tensorflow is False
+  assert _snapshot(world["model_dir"]) == before
+
+
+def test_comm_help_needs_no_tensorflow():
+  result = _cli_util.run(["comm", "--help"])
+  assert result.code == 0 and "--strategy" in result.stdout
+  assert result.tensorflow is False
+
+
+def test_comm_names_agree_with_sharding_and_comm():
+  from mtf_talking_heads import comm  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import sharding  # pylint: disable=g-import-not-at-top
+  assert comm_command.STRATEGY_NAMES == tuple(sharding.STRATEGIES)
+  assert comm_command.VARIANTS == tuple(comm.VARIANTS)
+
+
+def test_train_prints_the_model_size_first(world):
+  """The first lines of train (here: a run already at its last step)."""
+  result = _cli_util.run(["train", "--model_dir", world["model_dir"],
+                          "--train_steps", "1"] + T5 + SMALL)
+  assert result.code == 0, result.stderr
+  lines = result.stderr.splitlines()
+  assert lines[0].startswith("[train] ")
+  assert lines[1].startswith("[train] model: bitransformer, ")
+  for words in ("parameters", "d_model 32", "1 layers per stack",
+                "heads 24 (heads_k 24, heads_v 24, d_k 32, d_v 32)"):
+    assert words in lines[1], lines[1]
+
+
+def test_base_model_on_cpu_is_refused_before_the_graph(tmp_path):
+  """The scale-file-last mistake's model (base T5) cannot fit in RAM."""
+  result = _cli_util.run(["train", "--model_dir", str(tmp_path / "base"),
+                          "--gin_file",
+                          "experiments/t5_heads/07_talking_heads_24_32.gin"])
+  # besides the announce / size lines: fit_check's prediction warning
+  lines = [l for l in result.stderr.splitlines() if not l.startswith(
+      ("[", "mtf_th train: warning: predicted"))]
+  assert result.code == 2 and len(lines) == 1, result.stderr
+  assert "204,562,944 parameters" in result.stderr
+  assert "of attention weights kept for the backward pass" in lines[0]
+  assert "models/t5_tiny.gin) as the LAST --gin_file" in lines[0]
+  assert not os.path.exists(str(tmp_path / "base"))
+
+
+def test_sweep_progress_lines_have_the_runs_eta(tmp_path, monkeypatch):
+  """A line per new evaluation and one per PROGRESS_EVERY_SECS, from a real
+  child process writing the run's CSV files as `mtf_th train` does."""
+  monkeypatch.setattr(run_lib, "POLL_SECS", 0.05)
+  monkeypatch.setattr(run_lib, "PROGRESS_EVERY_SECS", 0.3)
+  model_dir = str(tmp_path)
+  script = (
+      "import sys, time, os\n"
+      "d = sys.argv[1]\n"
+      "with open(os.path.join(d, 'train_log.csv'), 'w') as f:\n"
+      "  f.write('step,loss,steps_per_sec,elapsed_sec\\n')\n"
+      "  for s in range(1, 11):\n"
+      "    f.write('%d,%.3f,2,%.1f\\n' % (s, 5 - s / 10, s / 2)); f.flush()\n"
+      "time.sleep(0.6)\n"
+      "with open(os.path.join(d, 'eval_results.csv'), 'w') as f:\n"
+      "  f.write('step,split,ln_ppl,tokens\\n10,validation,4.25,99\\n')\n"
+      "time.sleep(0.4)\n")
+  lines = []
+
+  class Log(object):
+    def write(self, text):
+      lines.extend(text.splitlines())
+
+    def flush(self):
+      pass
+
+  class Plan(object):
+    train_steps = 40
+
+  runner = run_lib.Runner.__new__(run_lib.Runner)
+  runner.plan, runner.log = Plan(), Log()
+
+  class Run(object):
+    row = type("Row", (), {"name": "04_talking_heads_8"})
+    seed = 1
+
+  proc = subprocess.Popen([sys.executable, "-c", script, model_dir])
+  assert runner._watch(proc, Run, model_dir) == 0  # pylint: disable=protected-access
+  periodic = [l for l in lines if "ln(PPL)" not in l]
+  assert periodic and periodic[0] == (
+      "    04_talking_heads_8 seed 1: step 10/40, loss 4.0000, 2.00 steps/s;"
+      " ETA 15s for this run's training")
+  evals = [l for l in lines if "ln(PPL)" in l]
+  assert evals == ["    04_talking_heads_8 seed 1: ln(PPL) 4.2500 at step 10;"
+                   " step 10/40, loss 4.0000, 2.00 steps/s; ETA 15s for this "
+                   "run's training"]
+
+
+def _interrupt_when(proc, path, timeout=900):
+  deadline = time.time() + timeout
+  while not os.path.exists(path):
+    assert proc.poll() is None, proc.communicate()
+    assert time.time() < deadline
+    time.sleep(0.5)
+  time.sleep(2)
+  proc.send_signal(signal.SIGINT)
+  return proc.communicate(timeout=300)
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_sweep_is_one_line_and_130(tmp_path):
+  out_dir = str(tmp_path / "sweep")
+  argv = ["sweep", "--paper_table", "lm_heads", "--rows", "5", "--scale",
+          "tiny", "--train_steps", "2000", "--eval_steps", "1000,2000",
+          "--output_dir", out_dir]
+  proc = subprocess.Popen([_cli_util.MTF_TH] + argv, cwd=str(tmp_path),
+                          env=_cli_util.env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  _, err = _interrupt_when(proc, os.path.join(
+      out_dir, "runs", "05_talking_heads_4_32", "seed_1", "train_log.csv"))
+  assert proc.returncode == 130, err
+  lines = err.splitlines()
+  assert len(lines) == 1, err
+  assert lines[0].startswith("mtf_th sweep: interrupted; 0 of 1 runs are "
+                             "recorded in ")
+  assert lines[0].endswith("resume with: mtf_th " + " ".join(argv))
+  assert not os.path.exists(os.path.join(out_dir, "mtf_th.lock"))
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_demo_is_one_line_and_130(tmp_path):
+  out_dir = str(tmp_path / "demo")
+  argv = ["demo", "--scale", "tiny", "--train_steps", "2000",
+          "--eval_every", "1000", "--output_dir", out_dir]
+  proc = subprocess.Popen([_cli_util.MTF_TH] + argv, cwd=str(tmp_path),
+                          env=_cli_util.env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  _, err = _interrupt_when(proc, os.path.join(
+      out_dir, "runs", "02_multi_head_8_16", "seed_1", "train_log.csv"))
+  assert proc.returncode == 130, err
+  last = err.splitlines()[-1]
+  assert last.startswith("mtf_th demo: interrupted; 0 of 2 runs finished")
+  assert last.endswith("resume with: mtf_th " + " ".join(argv))
+  assert "Traceback" not in err
+
+
+def test_tpu_launcher_refuses_a_layout_file_parallelism_replaces():
+  proc = subprocess.run(
+      [sys.executable, os.path.join(_cli_util.REPO, "launch", "tpu.py"),
+       "--dry_run", "--name", "t", "--zone", "z", "--project", "p",
+       "--model_dir", "gs://b/x", "--experiment",
+       "experiments/t5_heads/07_talking_heads_24_32.gin", "--gin_file",
+       "layouts/data_parallel.gin", "--parallelism", "model"],
+      env=_cli_util.env(), capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 2, proc.stderr
+  (line,) = proc.stderr.splitlines()
+  assert line.startswith("launch/tpu.py: error: --gin_file "
+                         "layouts/data_parallel.gin sets layout and "
+                         "mesh_shape, which --parallelism model replaces")
+  assert proc.stdout == ""

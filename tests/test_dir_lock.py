@@ -1,0 +1,172 @@
+"""One writer per model_dir (dir_lock.py), with real processes.
+
+A holder process takes a directory's lock; a second `mtf_th train` on it is
+refused in one line naming the holder (PID, host, command) before
+TensorFlow is imported; a holder killed with SIGKILL leaves a stale lock
+that the next writer takes over with a line saying so; another host's lock
+is honoured until its heartbeat is STALE_AFTER_SECS old.  The slow test runs
+two real `mtf_th train` on one model_dir.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+import _cli_util
+from mtf_talking_heads import dir_lock
+from mtf_talking_heads.commands import prechecks
+from mtf_talking_heads.commands import train as train_command
+
+T5 = ["--gin_file", "experiments/t5_heads/07_talking_heads_24_32.gin",
+      "--gin_file", "models/t5_tiny.gin"]
+SMALL = ["--gin_param", "num_layers = 1", "--gin_param", "d_model = 32",
+         "--gin_param", "d_ff = 64"]
+
+_HOLDER = """
+import sys, time
+sys.argv = ["mtf_th", "train", "--model_dir", sys.argv[1]]
+from mtf_talking_heads import dir_lock
+dir_lock.acquire(sys.argv[3], "--model_dir")
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def _holder(model_dir):
+  """A real process holding model_dir's lock (as `mtf_th train` would)."""
+  proc = subprocess.Popen([sys.executable, "-c", _HOLDER, model_dir],
+                          env=_cli_util.env(), stdout=subprocess.PIPE,
+                          text=True)
+  assert proc.stdout.readline().strip() == "held"
+  return proc
+
+
+def _wait_for(path, proc, timeout=600):
+  deadline = time.time() + timeout
+  while not os.path.exists(path):
+    assert proc.poll() is None, proc.communicate()
+    assert time.time() < deadline
+    time.sleep(0.2)
+
+
+def test_second_writer_is_refused_before_tensorflow(tmp_path):
+  model_dir = str(tmp_path / "run")
+  os.makedirs(model_dir)
+  holder = _holder(model_dir)
+  try:
+    result = _cli_util.run(["train", "--model_dir", model_dir] + T5)
+    assert result.code == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("mtf_th train: error: --model_dir %s is in "
+                               "use by PID %d on host %s (`mtf_th train "
+                               "--model_dir %s`" % (
+                                   model_dir, holder.pid,
+                                   socket.gethostname(), model_dir))
+    assert "give another --model_dir" in lines[0]
+    assert result.tensorflow is False
+    # finetune is a writer too; eval and decode (readers) pass the check
+    result = _cli_util.run(["finetune", "--model_dir", model_dir,
+                            "--pretrained_model_dir", model_dir] + T5)
+    assert result.code == 2 and "in use by PID %d" % holder.pid in (
+        result.stderr) and result.tensorflow is False
+    args = train_command.commands.ArgumentParser()
+    train_command.add_common_flags(args)
+    train_command.check_common(
+        args.parse_args(["--model_dir", model_dir]), writes=False,
+        purpose="eval_results.csv")
+  finally:
+    holder.kill()
+    holder.wait()
+
+
+def test_stale_lock_of_a_killed_writer_is_taken_over(tmp_path):
+  model_dir = str(tmp_path / "run")
+  os.makedirs(model_dir)
+  holder = _holder(model_dir)
+  holder.send_signal(signal.SIGKILL)
+  holder.wait()
+  lock = os.path.join(model_dir, dir_lock.LOCK_FILE)
+  assert json.load(open(lock))["pid"] == holder.pid  # left behind
+  assert dir_lock.refusal(model_dir, "--model_dir") is None
+  out = subprocess.run(
+      [sys.executable, "-c",
+       "from mtf_talking_heads import dir_lock as d; import sys; "
+       "d.acquire(sys.argv[1], '--model_dir'); d.release(sys.argv[1])",
+       model_dir], env=_cli_util.env(), capture_output=True, text=True)
+  assert out.returncode == 0, out.stderr
+  lines = out.stderr.splitlines()
+  assert len(lines) == 1, out.stderr
+  assert "taking over the stale lock of --model_dir %s" % model_dir in (
+      lines[0])
+  assert "PID %d on host %s" % (holder.pid, socket.gethostname()) in lines[0]
+  assert lines[0].endswith("its PID is no longer running")
+  assert not os.path.exists(lock)  # released on a clean exit
+
+
+def test_another_hosts_lock_until_its_heartbeat_is_stale(tmp_path, capsys):
+  model_dir = str(tmp_path / "run")
+  os.makedirs(model_dir)
+  lock = os.path.join(model_dir, dir_lock.LOCK_FILE)
+  with open(lock, "w") as f:
+    json.dump({"pid": 4242, "host": "other-host", "command": "mtf_th train",
+               "started": time.time()}, f)
+  message = dir_lock.refusal(model_dir, "--model_dir")
+  assert "in use by PID 4242 on host other-host" in message
+  with pytest.raises(dir_lock.LockedError, match="heartbeat under 10 min"):
+    dir_lock.acquire(model_dir, "--model_dir")
+  assert json.load(open(lock))["host"] == "other-host"  # untouched
+  old = time.time() - dir_lock.STALE_AFTER_SECS - 60
+  os.utime(lock, (old, old))
+  assert dir_lock.refusal(model_dir, "--model_dir") is None
+  with dir_lock.hold(model_dir, "--model_dir"):
+    assert json.load(open(lock))["pid"] == os.getpid()
+    with dir_lock.hold(model_dir, "--model_dir"):  # re-entrant
+      pass
+    assert os.path.exists(lock)
+  assert not os.path.exists(lock)
+  err = capsys.readouterr().err.splitlines()
+  assert len(err) == 1 and "PID 4242 on host other-host" in err[0]
+  assert "heartbeat is 11 min old" in err[0]
+
+
+def test_not_in_use_is_a_usage_error(tmp_path):
+  model_dir = str(tmp_path / "run")
+  os.makedirs(model_dir)
+  holder = _holder(model_dir)
+  try:
+    with pytest.raises(prechecks.commands.UsageError, match="in use by PID"):
+      prechecks.not_in_use(model_dir, "--model_dir")
+  finally:
+    holder.kill()
+    holder.wait()
+  prechecks.not_in_use(model_dir, "--model_dir")  # dead holder: free
+
+
+@pytest.mark.slow
+def test_two_mtf_th_train_on_one_model_dir(tmp_path):
+  """The first trains to the end; the second is refused at once."""
+  model_dir = str(tmp_path / "run")
+  first = subprocess.Popen(
+      [_cli_util.MTF_TH, "train", "--model_dir", model_dir, "--train_steps",
+       "3"] + T5 + SMALL, cwd=_cli_util.REPO, env=_cli_util.env(),
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  _wait_for(os.path.join(model_dir, dir_lock.LOCK_FILE), first)
+  second = _cli_util.run(["train", "--model_dir", model_dir,
+                          "--train_steps", "3"] + T5 + SMALL)
+  out, _ = first.communicate(timeout=900)
+  assert first.returncode == 0, out
+  assert second.code == 2 and second.tensorflow is False
+  assert second.stderr.count("\n") == 1
+  assert "is in use by PID %d" % first.pid in second.stderr
+  with open(os.path.join(model_dir, "train_log.csv")) as f:
+    assert [l.split(",")[0] for l in f.read().splitlines()] == [
+        "step", "1", "2", "3"]
+  assert len([f for f in os.listdir(model_dir)
+              if f.startswith("events.out")]) == 1
+  assert not os.path.exists(os.path.join(model_dir, dir_lock.LOCK_FILE))

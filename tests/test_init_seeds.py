@@ -1,0 +1,159 @@
+"""The same seed gives the same initial weights on every mesh (init_seeds.py).
+
+The fast test builds, for every attention variant of gin/attention/ in the
+tiny T5 (encoder, decoder and encoder-decoder attention), the model's
+variables exactly as mtf's utils.tpu_estimator_model_fn does (gin, then
+utils.build_model with the mesh shape and layout, then call_simple in train
+mode, in init_seeds.name_seeded_variables as configure_estimator runs the
+model function) and compares the initial values of every master variable
+(what checkpoint 0 saves) across meshes.  No lowering: the masters and their
+initializers exist before it, and lowering only adds per-device slices that
+are copied from the masters.  The slow test checks checkpoint 0 of two real
+`mtf_th train` runs.
+"""
+import os
+import subprocess
+import sys
+
+import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
+import mesh_tensorflow as mtf
+from mesh_tensorflow.transformer import utils as mtf_utils
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+from mtf_talking_heads import init_seeds
+from mtf_talking_heads.training import settings as settings_lib
+
+MTF_TH = os.path.join(os.path.dirname(sys.executable), "mtf_th")
+MESHES = ["model:1", "model:2", "model:4", "model:8", "batch:2,model:4"]
+# (attention file, extra macros): every attention class of layers.py
+VARIANTS = [
+    ("multi_head", []),
+    ("talking_heads", []),
+    ("project_logits", []),
+    ("project_weights", []),
+    ("dynamic_projections", []),
+    ("grouped_talking_heads", [  # the groups, not the heads, on "model"
+        "groups = 8", "heads = 16",
+        "layout = 'batch:batch,groups:model,d_ff:model,vocab:model'"]),
+    ("general_bilinear", []),
+]
+SMALL = ["num_layers = 1", "d_model = 32", "d_ff = 64", "heads = 8",
+         "d_k = 4", "d_v = 4", "inputs_length = 16", "targets_length = 8"]
+
+
+def initial_values(attention, extra, mesh_shape, seed=1234,
+                   name_seeded=True):
+  """{variable name: initial value} of the tiny T5 with `attention`."""
+  settings_lib.parse_gin(
+      ["models/t5_base.gin", "attention/%s.gin" % attention,
+       "models/t5_tiny.gin"],
+      SMALL + extra + ["mesh_shape = %r" % mesh_shape])
+  settings = settings_lib.Settings()
+  vocab = settings_lib.vocab_size()
+  model = mtf_utils.build_model(
+      model_type=settings.model_type, input_vocab_size=vocab,
+      output_vocab_size=vocab, layout_rules=settings.layout,
+      mesh_shape=settings.mesh_shape)
+  graph = tf.Graph()
+  with graph.as_default():
+    tf.set_random_seed(seed)
+    mtf_graph = mtf.Graph()
+    mesh = mtf.Mesh(mtf_graph, "my_mesh")
+    batch = mtf.Dimension("batch", settings.batch_size)
+    features = {}
+    for key, length in settings.sequence_length.items():
+      shape = mtf.Shape([batch, mtf.Dimension("length", length)])
+      features[key] = mtf.import_fully_replicated(
+          mesh, tf.ones(shape.to_integer_list, tf.int32), shape, name=key)
+    with (init_seeds.name_seeded_variables() if name_seeded
+          else _nothing()):
+      model.call_simple(
+          inputs=features["inputs"], targets=features["targets"],
+          compute_loss=True, mode=tf.estimator.ModeKeys.TRAIN,
+          variable_dtype=mtf_utils.get_variable_dtype())
+    masters = {v.name: v.get_master() for v in mtf_graph.all_variables}
+    with tf.Session(graph=graph) as session:
+      session.run(tf.global_variables_initializer())
+      return session.run(masters)
+
+
+class _nothing(object):  # pylint: disable=invalid-name
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    return False
+
+
+def _differing(a, b):
+  assert sorted(a) == sorted(b)
+  return sorted(k for k in a if not np.array_equal(a[k], b[k]))
+
+
+@pytest.mark.parametrize("attention,extra", VARIANTS,
+                         ids=[v[0] for v in VARIANTS])
+def test_initial_weights_do_not_depend_on_the_mesh(attention, extra):
+  base = initial_values(attention, extra, MESHES[0])
+  assert any("layer_000" in k for k in base)
+  for mesh_shape in MESHES[1:]:
+    other = initial_values(attention, extra, mesh_shape)
+    assert _differing(base, other) == [], mesh_shape
+
+
+def test_without_name_seeds_the_mesh_changed_the_weights():
+  """The cause, kept visible: seeded by creation order (TF's counter),
+  talking heads on model:4 (Auto picks a split strategy, which creates the
+  relative bias first) drew other weights than on model:1."""
+  args = ("talking_heads", [])
+  one = initial_values(*args, "model:1", name_seeded=False)
+  four = initial_values(*args, "model:4", name_seeded=False)
+  differ = _differing(one, four)
+  assert differ and all("encoder/block_000/layer_000/" in k for k in differ)
+  assert "encoder/block_000/layer_000/TalkingHeadsAttention/p_q" in differ
+
+
+def test_seed_and_name_decide():
+  a = initial_values("talking_heads", [], "model:1", seed=1)
+  b = initial_values("talking_heads", [], "model:1", seed=2)
+  assert len(_differing(a, b)) >= len(a) // 2  # random ones differ
+  assert init_seeds.variable_seed("a/p_q") != init_seeds.variable_seed("a/p_k")
+  assert 0 < init_seeds.variable_seed("") < 2 ** 31
+
+
+def _train(model_dir, mesh_shape):
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))] +
+      os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+  return subprocess.Popen(
+      [MTF_TH, "train",
+       "--model_dir", model_dir,
+       "--gin_file", "experiments/t5_heads/07_talking_heads_24_32.gin",
+       "--gin_file", "models/t5_tiny.gin",
+       "--gin_param", "mesh_shape = %r" % mesh_shape,
+       "--gin_param", "num_layers = 1", "--gin_param", "d_model = 32",
+       "--gin_param", "d_ff = 64", "--train_steps", "1"],
+      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_mtf_th_train_checkpoint_0_is_the_same_on_model_1_and_model_4(
+    tmp_path):
+  """Experiments/t5_heads/07 (24 heads): Auto runs heads_parallel on
+  model:1 and batch_split_gathered on model:4."""
+  runs = {m: _train(str(tmp_path / m.replace(":", "")), m)
+          for m in ("model:1", "model:4")}
+  for m, proc in runs.items():
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out
+  readers = [tf.train.load_checkpoint(str(tmp_path / m.replace(":", "") /
+                                          "model.ckpt-0"))
+             for m in runs]
+  names = sorted(readers[0].get_variable_to_shape_map())
+  assert names == sorted(readers[1].get_variable_to_shape_map())
+  assert any("TalkingHeadsAttention/p_q" in n for n in names)
+  for name in names:
+    np.testing.assert_array_equal(readers[0].get_tensor(name),
+                                  readers[1].get_tensor(name), err_msg=name)
