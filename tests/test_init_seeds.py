@@ -11,18 +11,19 @@ initializers exist before it, and lowering only adds per-device slices that
 are copied from the masters.  The slow test checks checkpoint 0 of two real
 `mtf_th train` runs.
 """
+import contextlib
 import os
 import subprocess
 import sys
 
 import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 import mesh_tensorflow as mtf
-from mesh_tensorflow.transformer import utils as mtf_utils
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import init_seeds
+from mtf_talking_heads.training import model_size
 from mtf_talking_heads.training import settings as settings_lib
 
 MTF_TH = os.path.join(os.path.dirname(sys.executable), "mtf_th")
@@ -51,41 +52,19 @@ def initial_values(attention, extra, mesh_shape, seed=1234,
        "models/t5_tiny.gin"],
       SMALL + extra + ["mesh_shape = %r" % mesh_shape])
   settings = settings_lib.Settings()
-  vocab = settings_lib.vocab_size()
-  model = mtf_utils.build_model(
-      model_type=settings.model_type, input_vocab_size=vocab,
-      output_vocab_size=vocab, layout_rules=settings.layout,
-      mesh_shape=settings.mesh_shape)
+  model = model_size.build_model(settings, settings.layout,
+                                 settings.mesh_shape)
   graph = tf.Graph()
   with graph.as_default():
     tf.set_random_seed(seed)
     mtf_graph = mtf.Graph()
-    mesh = mtf.Mesh(mtf_graph, "my_mesh")
-    batch = mtf.Dimension("batch", settings.batch_size)
-    features = {}
-    for key, length in settings.sequence_length.items():
-      shape = mtf.Shape([batch, mtf.Dimension("length", length)])
-      features[key] = mtf.import_fully_replicated(
-          mesh, tf.ones(shape.to_integer_list, tf.int32), shape, name=key)
     with (init_seeds.name_seeded_variables() if name_seeded
-          else _nothing()):
-      model.call_simple(
-          inputs=features["inputs"], targets=features["targets"],
-          compute_loss=True, mode=tf.estimator.ModeKeys.TRAIN,
-          variable_dtype=mtf_utils.get_variable_dtype())
+          else contextlib.nullcontext()):
+      model_size.call_model(model, settings, mtf.Mesh(mtf_graph, "my_mesh"))
     masters = {v.name: v.get_master() for v in mtf_graph.all_variables}
     with tf.Session(graph=graph) as session:
       session.run(tf.global_variables_initializer())
       return session.run(masters)
-
-
-class _nothing(object):  # pylint: disable=invalid-name
-
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *exc):
-    return False
 
 
 def _differing(a, b):

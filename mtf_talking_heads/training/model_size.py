@@ -33,6 +33,38 @@ from mtf_talking_heads.training import settings as settings_lib
 BYTES_PER_PARAMETER = 12
 
 
+def build_model(settings, layout_rules, mesh_shape):
+  """The configured mtf model (t5's build_model with the task's vocabulary)."""
+  vocab = settings_lib.vocab_size()
+  return mtf_utils.build_model(
+      model_type=settings.model_type, input_vocab_size=vocab,
+      output_vocab_size=vocab, layout_rules=layout_rules,
+      mesh_shape=mesh_shape)
+
+
+def call_model(model, settings, mesh):
+  """Builds `model`'s training loss on `mesh` from constant features.
+
+  Every variable the model has is created; nothing is lowered.  Features
+  are ones of shape [batch, length] for each of settings.sequence_length,
+  e.g. {"inputs": [8, 16], "targets": [8, 8]} for a T5.
+  """
+  batch = mtf.Dimension("batch", settings.batch_size)
+  features = {}
+  for key, length in settings.sequence_length.items():
+    shape = mtf.Shape([batch, mtf.Dimension("length", length)])
+    features[key] = mtf.import_fully_replicated(
+        mesh, tf.ones(shape.to_integer_list, tf.int32), shape, name=key)
+  targets = features["targets"]
+  inputs = features.get("inputs", targets)
+  if settings.model_type in ("lm", "delimited_lm"):
+    inputs = mtf.shift(targets, offset=1, dim=targets.shape.dims[-1],
+                       wrap=False)
+  model.call_simple(inputs=inputs, targets=targets, compute_loss=True,
+                    mode=tf.estimator.ModeKeys.TRAIN,
+                    variable_dtype=mtf_utils.get_variable_dtype())
+
+
 def count_parameters(settings):
   """Trainable parameters of the configured model (its mtf variables).
 
@@ -41,29 +73,12 @@ def count_parameters(settings):
   Returns:
     an int.
   """
-  vocab = settings_lib.vocab_size()
-  layout = mtf.convert_to_layout_rules(settings.layout_string or "")
-  model = mtf_utils.build_model(
-      model_type=settings.model_type, input_vocab_size=vocab,
-      output_vocab_size=vocab, layout_rules=layout,
-      mesh_shape=settings.mesh_shape or mtf.convert_to_shape("model:1"))
+  model = build_model(
+      settings, mtf.convert_to_layout_rules(settings.layout_string or ""),
+      settings.mesh_shape or mtf.convert_to_shape("model:1"))
   with tf.Graph().as_default():
     graph = mtf.Graph()
-    mesh = mtf.Mesh(graph, "size")
-    batch = mtf.Dimension("batch", settings.batch_size)
-    features = {}
-    for key, length in settings.sequence_length.items():
-      shape = mtf.Shape([batch, mtf.Dimension("length", length)])
-      features[key] = mtf.import_fully_replicated(
-          mesh, tf.ones(shape.to_integer_list, tf.int32), shape, name=key)
-    targets = features["targets"]
-    inputs = features.get("inputs", targets)
-    if settings.model_type in ("lm", "delimited_lm"):
-      inputs = mtf.shift(targets, offset=1, dim=targets.shape.dims[-1],
-                         wrap=False)
-    model.call_simple(inputs=inputs, targets=targets, compute_loss=True,
-                      mode=tf.estimator.ModeKeys.TRAIN,
-                      variable_dtype=mtf_utils.get_variable_dtype())
+    call_model(model, settings, mtf.Mesh(graph, "size"))
     return sum(v.size for v in graph.trainable_variables)
 
 
