@@ -148,7 +148,7 @@ def test_plan_imports_no_tensorflow(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# Pre-flight warnings (fit_check): launch/tpu.py and mtf_th train.
+# Pre-flight (fit_check): launch/tpu.py's warning, mtf_th train's refusal.
 
 def _launch():
   import importlib.util  # pylint: disable=g-import-not-at-top
@@ -183,17 +183,23 @@ def test_launch_warns_when_the_slice_is_too_small(capsys):
   assert "warning" not in capsys.readouterr().err
 
 
-def test_train_warns_before_building_a_step_that_cannot_fit(capsys):
+def test_train_refuses_on_cpu_a_step_that_cannot_fit():
   import argparse  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.commands import train  # pylint: disable=g-import-not-at-top
   args = argparse.Namespace(gin_file=["models/t5_base.gin"],
                             gin_param=["batch_size = 65536"], tpu=None)
-  train._memory_warning(args)  # pylint: disable=protected-access
-  (line,) = capsys.readouterr().err.splitlines()
-  assert line.startswith("mtf_th train: warning: predicted ")
-  assert "on cpu" in line and line.endswith(
+  with pytest.raises(training.ConfigError) as e:
+    train.memory_check(args, training)
+  line = str(e.value)
+  assert line.startswith("predicted 43817.78 GiB per device for mesh "
+                         "model:1 (1 device) but this machine's ")
+  assert "(10% left free): give a smaller scale file" in line
+  assert line.endswith(
       "see mtf_th plan --gin_file models/t5_base.gin --hardware cpu "
       "--devices 1")
   args.gin_param = ["batch_size = 2"]
-  train._memory_warning(args)  # pylint: disable=protected-access
-  assert capsys.readouterr().err == ""
+  train.memory_check(args, training)  # fits: no error
+  args.tpu = "th24"  # a TPU run is launch/tpu.py's to check
+  args.gin_param = ["batch_size = 65536"]
+  train.memory_check(args, training)
