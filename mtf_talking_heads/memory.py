@@ -97,10 +97,10 @@ CORE_TENSORS = {
 # kept as heads-parallel keeps, except that "gather" (the query splits)
 # keeps K and V whole; "layer" splits the whole layer over the batch
 # (batch_split_gathered).
-STRATEGY_CORES = collections.OrderedDict([
-    ("heads_parallel", "heads"), ("batch_split_gathered", "layer"),
-    ("batch_split", "split"), ("batch_query_split", "split"),
-    ("query_split", "gather"), ("query_split_allgather", "gather")])
+STRATEGY_CORES = {
+    "heads_parallel": "heads", "batch_split_gathered": "layer",
+    "batch_split": "split", "batch_query_split": "split",
+    "query_split": "gather", "query_split_allgather": "gather"}
 ROLES = ("heads_k", "heads", "heads_v")
 
 

@@ -32,9 +32,10 @@ from mtf_talking_heads import perf
 from mtf_talking_heads import prices
 from mtf_talking_heads import spec as spec_lib
 
-STRATEGIES = tuple(memory.STRATEGY_CORES)
+STRATEGIES = prices.STRATEGY_NAMES
 DEFAULT_MARGIN = 0.1
-# sharding.py's strategy classes (gin names) by strategy name.
+# sharding.STRATEGIES' classes (gin names) by strategy name
+# (tests/test_plan.py checks them against sharding.py).
 _STRATEGY_CLASSES = {
     "heads_parallel": "HeadsParallel", "batch_split": "BatchSplit",
     "batch_split_gathered": "GatheredBatchSplit",

@@ -88,6 +88,22 @@ def test_split_strategy_ring_elements_are_prices_on_the_heads_layout():
       "batch:batch,heads:model,d_ff:model,vocab:model")
 
 
+def test_strategy_tables_are_sharding_strategies():
+  # planner.py and memory.py are TensorFlow-free: their tables of
+  # sharding.STRATEGIES, checked here (a new strategy must be added to both)
+  from mtf_talking_heads import sharding  # pylint: disable=g-import-not-at-top
+  names = set(sharding.STRATEGIES)
+  assert set(planner.STRATEGIES) == set(memory.STRATEGY_CORES) == names
+  model = perf.paper_model(24, 32, "talking_heads", heads_k=24, heads_v=24)
+  for name in names:
+    gin = planner.gin_bindings(model, "batch:4,model:2", name, False)
+    made = sharding.make_strategy(name)
+    assert ("mtf_th.TalkingHeadsAttention.strategy = @mtf_th.%s()"
+            % type(made).__name__) in gin
+    assert ("mtf_th.QuerySplit.reduce_scatter = False" in gin) == (
+        getattr(made, "reduce_scatter", True) is False)
+
+
 def test_nothing_fits_one_line_and_status_1(capsys):
   # the paper's batch 128 on a v2-8: 16 sequences per 8 GiB core; even
   # with the core recomputed talking heads 48 x 16 needs 9.53 GiB
