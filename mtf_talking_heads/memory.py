@@ -390,11 +390,6 @@ def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
   return out
 
 
-def fits(prediction, device_bytes, margin=0.1):
-  """Whether a prediction fits `device_bytes` with `margin` left free."""
-  return prediction["total"] <= (1 - margin) * device_bytes
-
-
 # Memory per device (an mtf device, as perf.Hardware counts them), bytes:
 DEVICE_MEMORY = {
     # 16 GiB HBM per chip, two TensorCores (Jouppi et al. 2020, Table 3)
