@@ -1,12 +1,15 @@
-"""The pre-flight memory warning of `mtf_th train` and launch/tpu.py.
+"""The pre-flight memory check of `mtf_th train`, finetune and launch/tpu.py.
 
 Pure Python (no TensorFlow): reads the model, mesh_shape, layout,
 activation_dtype and dropout_rate from the gin files as `mtf_th plan`
 does, predicts the memory per device of one training step (memory.py,
 for every sharding strategy that applies: the layers' default, Auto, may
 pick any) and, if even the smallest does not fit the target hardware
-with planner.DEFAULT_MARGIN left free, returns one warning line naming
-the plan command that lists what would fit.
+with planner.DEFAULT_MARGIN left free, gives one line naming the plan
+command that lists what would fit: a warning for a TPU slice (warning(),
+launch/tpu.py), the reason to refuse a run on this machine's CPU
+(cpu_refusal(), `mtf_th train` and `mtf_th finetune` before any graph is
+built: the logical CPU devices share the host's RAM).
 """
 import shlex
 
@@ -51,15 +54,8 @@ def smallest(gin_files, gin_params, hardware):
   return min(totals), mesh_shape, mesh["batch"] * mesh["model"]
 
 
-def warning(prog, gin_files, gin_params, hardware, devices=None):
-  """One line if the run is predicted not to fit `hardware`, else None.
-
-  Args:
-    prog: the command that warns ("mtf_th train").
-    gin_files, gin_params: what the run parses.
-    hardware: a perf hardware name (the slice's TPU generation, or cpu).
-    devices: mtf devices of the target (None: the mesh's).
-  """
+def _excess(gin_files, gin_params, hardware, devices):
+  """(total, usable, mesh_shape, devices) if the prediction does not fit."""
   if not gin_files:
     return None
   found = smallest(gin_files, gin_params, hardware)
@@ -70,12 +66,55 @@ def warning(prog, gin_files, gin_params, hardware, devices=None):
   usable = planner.usable_bytes(hardware, devices)
   if total <= usable:
     return None
+  return total, usable, mesh_shape, devices
+
+
+def _plan_command(gin_files, hardware, devices):
   plan = ["mtf_th", "plan"] + sum((["--gin_file", f] for f in gin_files),
                                   []) + ["--hardware", hardware, "--devices",
                                          str(devices)]
+  return " ".join(shlex.quote(a) for a in plan)
+
+
+def warning(prog, gin_files, gin_params, hardware, devices=None):
+  """One line if the run is predicted not to fit `hardware`, else None.
+
+  Args:
+    prog: the command that warns ("launch/tpu.py").
+    gin_files, gin_params: what the run parses.
+    hardware: a perf hardware name (the slice's TPU generation).
+    devices: mtf devices of the target (None: the mesh's).
+  """
+  excess = _excess(gin_files, gin_params, hardware, devices)
+  if excess is None:
+    return None
+  total, usable, mesh_shape, devices = excess
   return ("%s: warning: predicted %.2f GiB per device for mesh %s on %s, "
           "more than the %.2f GiB usable (%d%% left free); it may run out "
           "of memory: see %s" % (
               prog, total / memory.GiB, mesh_shape, hardware,
               usable / memory.GiB, round(100 * planner.DEFAULT_MARGIN),
-              " ".join(shlex.quote(a) for a in plan)))
+              _plan_command(gin_files, hardware, devices)))
+
+
+def cpu_refusal(gin_files, gin_params):
+  """Why a training run on this machine's CPU cannot fit, or None.
+
+  The prediction per logical CPU device against this host's RAM shared by
+  the mesh's devices (memory.device_memory("cpu", devices)), with
+  planner.DEFAULT_MARGIN left free.
+  """
+  excess = _excess(gin_files, gin_params, "cpu", None)
+  if excess is None:
+    return None
+  total, usable, mesh_shape, devices = excess
+  ram = memory.device_memory("cpu") / memory.GiB
+  return ("predicted %.2f GiB per device for mesh %s (%d device%s) but this "
+          "machine's %.1f GiB of RAM leaves %.2f GiB usable per device (%d%% "
+          "left free): give a smaller scale file (e.g. models/t5_tiny.gin) "
+          "as the LAST --gin_file, or lower batch_size, the lengths, d_model "
+          "or num_layers; see %s" % (
+              total / memory.GiB, mesh_shape, devices,
+              "" if devices == 1 else "s", ram, usable / memory.GiB,
+              round(100 * planner.DEFAULT_MARGIN),
+              _plan_command(gin_files, "cpu", devices)))

@@ -97,10 +97,10 @@ CORE_TENSORS = {
 # kept as heads-parallel keeps, except that "gather" (the query splits)
 # keeps K and V whole; "layer" splits the whole layer over the batch
 # (batch_split_gathered).
-STRATEGY_CORES = collections.OrderedDict([
-    ("heads_parallel", "heads"), ("batch_split_gathered", "layer"),
-    ("batch_split", "split"), ("batch_query_split", "split"),
-    ("query_split", "gather"), ("query_split_allgather", "gather")])
+STRATEGY_CORES = {
+    "heads_parallel": "heads", "batch_split_gathered": "layer",
+    "batch_split": "split", "batch_query_split": "split",
+    "query_split": "gather", "query_split_allgather": "gather"}
 ROLES = ("heads_k", "heads", "heads_v")
 
 
@@ -388,11 +388,6 @@ def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
   out.update(mesh_shape=mesh_shape, strategy=strategy, recompute=recompute,
              implementation=impl.name)
   return out
-
-
-def fits(prediction, device_bytes, margin=0.1):
-  """Whether a prediction fits `device_bytes` with `margin` left free."""
-  return prediction["total"] <= (1 - margin) * device_bytes
 
 
 # Memory per device (an mtf device, as perf.Hardware counts them), bytes:

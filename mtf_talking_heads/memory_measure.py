@@ -86,16 +86,9 @@ def attention_model(config):
       relative_bias=False, optimizer=config.optimizer)
 
 
-def mesh_axes(mesh_shape):
-  """{"batch": B, "model": P} of an mtf mesh shape string."""
-  return perf.parse_mesh(mesh_shape)
-
-
 def _layer(config):
   from mtf_talking_heads import sharding  # pylint: disable=g-import-not-at-top
-  variant = ("talking_heads" if config.variant == "dynamic_projections"
-             else config.variant)
-  c = comm.make_config(variant, config.heads, config.d_k, config.d_k,
+  c = comm.make_config(config.variant, config.heads, config.d_k, config.d_k,
                        config.d_model, config.length, config.batch,
                        dynamic=config.dynamic, groups=config.groups)
   strategy = sharding.make_strategy(config.strategy)
@@ -109,7 +102,7 @@ def full_layout(config, layer):
   """The layout the measurement lowers with (see MeasureConfig)."""
   if config.layout:
     return config.layout
-  axes = mesh_axes(config.mesh_shape)
+  axes = perf.parse_mesh(config.mesh_shape)
   mesh = ";".join("%s:%d" % (a, s) for a, s in axes.items() if s > 1)
   rules = comm.default_layout(layer, mesh or "batch:1")
   rules = [r for r in rules.split(";") if r and (
@@ -124,7 +117,7 @@ def full_layout(config, layer):
 
 
 def _mesh_string(config):
-  axes = mesh_axes(config.mesh_shape)
+  axes = perf.parse_mesh(config.mesh_shape)
   return ";".join("%s:%d" % (a, s) for a, s in axes.items() if s > 1)
 
 
@@ -314,7 +307,7 @@ def auto_mtf_peak(graph):
   estimator_module = load_auto_mtf("memory_estimator")
   scheduler = load_auto_mtf("scheduler")
   mesh_shape = mtf.Shape([mtf.Dimension(n, s) for n, s in
-                          mesh_axes(graph.mesh_shape).items()])
+                          perf.parse_mesh(graph.mesh_shape).items()])
   estimator = estimator_module.MemoryEstimator(graph.mtf_graph, mesh_shape,
                                                [graph.mtf_loss])
   interface = estimator.get_graph_interface()

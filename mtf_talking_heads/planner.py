@@ -32,9 +32,10 @@ from mtf_talking_heads import perf
 from mtf_talking_heads import prices
 from mtf_talking_heads import spec as spec_lib
 
-STRATEGIES = tuple(memory.STRATEGY_CORES)
+STRATEGIES = prices.STRATEGY_NAMES
 DEFAULT_MARGIN = 0.1
-# sharding.py's strategy classes (gin names) by strategy name.
+# sharding.STRATEGIES' classes (gin names) by strategy name
+# (tests/test_plan.py checks them against sharding.py).
 _STRATEGY_CLASSES = {
     "heads_parallel": "HeadsParallel", "batch_split": "BatchSplit",
     "batch_split_gathered": "GatheredBatchSplit",
@@ -198,7 +199,7 @@ def plan(model, hardware, devices, impl=None, margin=DEFAULT_MARGIN,
     raise ValueError("--margin must be in [0, 1), got %r" % (margin,))
   impl = memory.implementation(
       impl or ("mtf_th_float32" if hw.name == "cpu" else "mtf_th"))
-  usable = (1 - margin) * memory.device_memory(hw.name, devices)
+  usable = usable_bytes(hw.name, devices, margin)
   out = []
   for shape in mesh_shapes(devices):
     mesh = perf.parse_mesh(shape)
@@ -238,6 +239,7 @@ def plan(model, hardware, devices, impl=None, margin=DEFAULT_MARGIN,
 
 
 def usable_bytes(hardware, devices, margin=DEFAULT_MARGIN):
+  """Bytes of one device of `hardware` a step may use: `margin` left free."""
   return (1 - margin) * memory.device_memory(hardware, devices)
 
 

@@ -88,6 +88,22 @@ def test_split_strategy_ring_elements_are_prices_on_the_heads_layout():
       "batch:batch,heads:model,d_ff:model,vocab:model")
 
 
+def test_strategy_tables_are_sharding_strategies():
+  # planner.py and memory.py are TensorFlow-free: their tables of
+  # sharding.STRATEGIES, checked here (a new strategy must be added to both)
+  from mtf_talking_heads import sharding  # pylint: disable=g-import-not-at-top
+  names = set(sharding.STRATEGIES)
+  assert set(planner.STRATEGIES) == set(memory.STRATEGY_CORES) == names
+  model = perf.paper_model(24, 32, "talking_heads", heads_k=24, heads_v=24)
+  for name in names:
+    gin = planner.gin_bindings(model, "batch:4,model:2", name, False)
+    made = sharding.make_strategy(name)
+    assert ("mtf_th.TalkingHeadsAttention.strategy = @mtf_th.%s()"
+            % type(made).__name__) in gin
+    assert ("mtf_th.QuerySplit.reduce_scatter = False" in gin) == (
+        getattr(made, "reduce_scatter", True) is False)
+
+
 def test_nothing_fits_one_line_and_status_1(capsys):
   # the paper's batch 128 on a v2-8: 16 sequences per 8 GiB core; even
   # with the core recomputed talking heads 48 x 16 needs 9.53 GiB
@@ -148,7 +164,7 @@ def test_plan_imports_no_tensorflow(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# Pre-flight warnings (fit_check): launch/tpu.py and mtf_th train.
+# Pre-flight (fit_check): launch/tpu.py's warning, mtf_th train's refusal.
 
 def _launch():
   import importlib.util  # pylint: disable=g-import-not-at-top
@@ -183,17 +199,23 @@ def test_launch_warns_when_the_slice_is_too_small(capsys):
   assert "warning" not in capsys.readouterr().err
 
 
-def test_train_warns_before_building_a_step_that_cannot_fit(capsys):
+def test_train_refuses_on_cpu_a_step_that_cannot_fit():
   import argparse  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.commands import train  # pylint: disable=g-import-not-at-top
   args = argparse.Namespace(gin_file=["models/t5_base.gin"],
                             gin_param=["batch_size = 65536"], tpu=None)
-  train._memory_warning(args)  # pylint: disable=protected-access
-  (line,) = capsys.readouterr().err.splitlines()
-  assert line.startswith("mtf_th train: warning: predicted ")
-  assert "on cpu" in line and line.endswith(
+  with pytest.raises(training.ConfigError) as e:
+    train.memory_check(args, training)
+  line = str(e.value)
+  assert line.startswith("predicted 43817.78 GiB per device for mesh "
+                         "model:1 (1 device) but this machine's ")
+  assert "(10% left free): give a smaller scale file" in line
+  assert line.endswith(
       "see mtf_th plan --gin_file models/t5_base.gin --hardware cpu "
       "--devices 1")
   args.gin_param = ["batch_size = 2"]
-  train._memory_warning(args)  # pylint: disable=protected-access
-  assert capsys.readouterr().err == ""
+  train.memory_check(args, training)  # fits: no error
+  args.tpu = "th24"  # a TPU run is launch/tpu.py's to check
+  args.gin_param = ["batch_size = 65536"]
+  train.memory_check(args, training)

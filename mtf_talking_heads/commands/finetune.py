@@ -42,6 +42,7 @@ def main(argv=None):
 
   def body(args, training):
     check_tfds_data(args, training)
+    train_command.memory_check(args, training)
     rows = training.finetune(args.model_dir, args.pretrained_model_dir,
                              args.gin_file, args.gin_param +
                              train_command.checkpoint_params(args),

@@ -239,16 +239,20 @@ def checkpoint_params(args):
   return params
 
 
-def _memory_warning(args):
-  """Pre-flight: one line if the run is predicted not to fit (fit_check).
-  Runs on CPU are checked against this host; a --tpu run by launch/tpu.py,
-  which knows the slice."""
+def memory_check(args, training):
+  """Pre-flight: refuses a run on this machine's CPU that is predicted not to
+  fit in its RAM (fit_check.cpu_refusal), before any graph is built.  A
+  --tpu run is checked against its slice by launch/tpu.py.
+
+  Raises:
+    training.ConfigError: the one line (exit status 2).
+  """
   if args.tpu:
     return
   from mtf_talking_heads import fit_check  # pylint: disable=g-import-not-at-top
-  line = fit_check.warning(PROG, args.gin_file, args.gin_param, "cpu")
-  if line:
-    print(line, file=sys.stderr, flush=True)
+  reason = fit_check.cpu_refusal(args.gin_file, args.gin_param)
+  if reason:
+    raise training.ConfigError(reason)
 
 
 def main(argv=None):
@@ -260,7 +264,7 @@ def main(argv=None):
   add_checkpoint_flags(parser)
 
   def body(args, training):
-    _memory_warning(args)
+    memory_check(args, training)
     rows = training.train(args.model_dir, args.gin_file,
                           args.gin_param + checkpoint_params(args),
                           train_steps=args.train_steps, tpu=args.tpu,

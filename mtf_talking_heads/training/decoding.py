@@ -55,7 +55,7 @@ def load_for_decoding(model_dir, gin_files, gin_params, checkpoint_step,
                          gin_params)
   checkpoints.match_checkpoint_dtype(checkpoint[1])
   settings, description = checks.preflight(tpu)
-  model_size.report(settings, description, tpu, 'decode', train=False)
+  model_size.report(settings, description, 'decode')
   if settings.model_type != "bitransformer":
     raise errors.ConfigError(not_encdec % settings.model_type)
   checkpoints.check_checkpoint_matches([checkpoint[1]], settings)

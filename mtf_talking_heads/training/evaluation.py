@@ -133,7 +133,7 @@ def evaluate(model_dir, gin_files=(), gin_params=(), checkpoint_steps=None,
                          gin_params)
   checkpoints.match_checkpoint_dtype(paths[-1][1])
   settings, description = checks.preflight(tpu)
-  model_size.report(settings, description, tpu, 'eval', train=False)
+  model_size.report(settings, description, 'eval')
   checkpoints.check_checkpoint_matches([path for _, path in paths], settings)
   options = evaluate_checkpoints()
   options["mixture_or_task_name"] = (options["mixture_or_task_name"] or

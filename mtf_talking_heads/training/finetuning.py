@@ -72,7 +72,7 @@ def finetune(model_dir, pretrained_model_dir, gin_files=(), gin_params=(),
     gin.bind_parameter("mtf_th.warmup_linear_decay.start_step", step)
   loop.require_train_fn()
   settings, description = checks.preflight(tpu)
-  model_size.report(settings, description, tpu, 'finetune')
+  model_size.report(settings, description, 'finetune')
   checkpoints.check_checkpoint_matches([path], settings,
                                        "--pretrained_model_dir",
                                        missing_ok=True)

@@ -177,7 +177,7 @@ def train(model_dir, gin_files=(), gin_params=(), train_steps=None, tpu=None,
   settings_lib.parse_gin(gin_files, gin_params, extra)
   require_train_fn()
   settings, description = checks.preflight(tpu)
-  model_size.report(settings, description, tpu, 'train')
+  model_size.report(settings, description, 'train')
   if not isinstance(settings.train_steps, int) or settings.train_steps < 1:
     raise errors.ConfigError("train_steps must be a positive integer, got %r"
                              % (settings.train_steps,))
