@@ -160,26 +160,23 @@ def cache():
         % (where, fix))
 
 
-def _macros_by_file(path, gin_dir, stack=()):
-  """{macro: (raw value, the file that set it)} as gin reads `path`."""
-  from gin import config_parser  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import gin_text as gin_reader  # pylint: disable=g-import-not-at-top
+def _macros_by_file(path, gin_dir):
+  """{macro: (value, the file that set it)} as gin reads `path`, includes
+  followed (gin_text.GinConfig); value None where it refers to a macro
+  that `path` does not define.
+
+  Raises:
+    ValueError: a missing include or an include cycle.
+  """
+  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
+  config = gin_text.GinConfig([path], gin_dir=gin_dir)
   out = {}
-  if path in stack:
-    return out
-  with open(path) as f:
-    statements = gin_reader._read_statements(f.read(), path)  # pylint: disable=protected-access
-  for statement in statements:
-    if isinstance(statement, config_parser.IncludeStatement):
-      try:
-        included = gin_reader.gin_path(statement.filename, path, gin_dir)
-      except ValueError:
-        continue  # training.parse_gin reports a missing include
-      out.update(_macros_by_file(included, gin_dir, stack + (path,)))
-    elif (isinstance(statement, config_parser.BindingStatement)
-          and not statement.scope and not statement.arg_name
-          and "." not in statement.selector):
-      out[statement.selector] = (repr(statement.value), path)
+  for name, origin in config.origins.items():
+    try:
+      value = config.get(name)
+    except ValueError:
+      value = None
+    out[name] = (value, origin)
   return out
 
 
@@ -208,12 +205,12 @@ def gin_order(names):
   try:
     gin_dir = gin_paths.gin_dir()
     paths = [gin_paths.resolve(n) for n in names]
-  except FileNotFoundError:
-    return
+    by_file = [_macros_by_file(path, gin_dir) for path in paths]
+  except (FileNotFoundError, ValueError):
+    return  # gin_files() and training.parse_gin report these
   scale = scale_macros(gin_dir)
   seen = {}  # macro -> (value, --gin_file that set it)
-  for name, path in zip(names, paths):
-    macros = _macros_by_file(path, gin_dir)
+  for name, path, macros in zip(names, paths, by_file):
     for macro, (value, origin) in sorted(macros.items()):
       if (macro in scale and macro in seen and origin != path
           and seen[macro][0] != value):
@@ -223,7 +220,7 @@ def gin_order(names):
                        and seen[m][0] != v)
         raise commands.UsageError(
             "--gin_file %s includes %s, which sets %s again after the "
-            "earlier --gin_file %s (the later file wins: %s = %s, not %s); "
+            "earlier --gin_file %s (the later file wins: %s = %r, not %r); "
             "put the scale file last: --gin_file %s --gin_file %s"
             % (name, os.path.relpath(origin, gin_dir), ", ".join(again),
                earlier, macro, value, seen[macro][0], name, earlier))
