@@ -21,6 +21,7 @@ import pytest
 
 import _cli_util
 from mtf_talking_heads.commands import comm as comm_command
+from mtf_talking_heads.commands import prechecks
 from mtf_talking_heads.sweep import run as run_lib
 
 T5 = ["--gin_file", "experiments/t5_heads/07_talking_heads_24_32.gin",
@@ -128,7 +129,8 @@ CASES = {
     "train_tpu_name_without_network": (
         ["train", "--tpu", "my-tpu", "--model_dir", "{model_dir}"] + T5 +
         SMALL, {},
-        2, ["--tpu my-tpu", "cannot resolve", "grpc://"], False, False),
+        2, ["--tpu my-tpu", "cannot resolve", "metadata.google.internal",
+            "grpc://"], True, False),
     "gin_param_unquoted_string": (
         ["train", "--model_dir", "{model_dir}", "--gin_param",
          "mesh_shape = model:4"] + T5, {}, 2,
@@ -182,6 +184,17 @@ def test_bad_input(world, name):
   if no_tf:
     assert result.tensorflow is False
   assert _snapshot(world["model_dir"]) == before
+
+
+def test_tpu_name_is_left_to_tensorflow_where_it_may_resolve(monkeypatch):
+  """prechecks.tpu refuses only a name that needs an unknown metadata host."""
+  prechecks.tpu("grpc://10.0.0.2:8470")  # an address: nothing to look up
+  prechecks.tpu("my-tpu", "europe-west4-a", "p")  # the Cloud TPU API's
+  monkeypatch.setenv("GCE_METADATA_HOST", "localhost:8080")  # resolves
+  prechecks.tpu("my-tpu")
+  monkeypatch.setenv("GCE_METADATA_HOST", "nosuch.invalid")
+  with pytest.raises(prechecks.commands.UsageError, match="nosuch.invalid"):
+    prechecks.tpu("my-tpu", "europe-west4-a")
 
 
 def test_comm_help_needs_no_tensorflow():

@@ -9,7 +9,9 @@ Imports only the standard library (and gin_paths / dir_lock, which do too).
 import ast
 import os
 import re
+import socket
 import sys
+import threading
 
 from mtf_talking_heads import cache_paths
 from mtf_talking_heads import commands
@@ -158,6 +160,45 @@ def cache():
         "%s is read-only for this user and does not hold the built corpus "
         "and vocabulary (the first run writes them there): %s"
         % (where, fix))
+
+
+def tpu(name, zone=None, project=None, lookup_secs=1.0):
+  """--tpu NAME, where TensorFlow's resolver would fail for certain.
+
+  A TPU name (not grpc://) without --tpu_zone and --gcp_project is resolved
+  through the GCE metadata server (tensorflow/python/tpu/client/client.py:
+  $GCE_METADATA_HOST, $GCE_METADATA_IP or metadata.google.internal).  When
+  that host name does not resolve (not a GCP VM, or no network) the run
+  cannot start: refused here in a fraction of a second instead of after
+  TensorFlow's import.  A lookup still pending after `lookup_secs` (a slow
+  DNS) and names with zone and project (the Cloud TPU API, which may work
+  off GCP with credentials) are left to training.estimator.check_tpu.
+
+  Raises:
+    commands.UsageError: one line naming --tpu and what to give instead.
+  """
+  if not name or name.startswith("grpc://") or (zone and project):
+    return
+  host = (os.environ.get("GCE_METADATA_HOST") or os.environ.get(
+      "GCE_METADATA_IP") or "metadata.google.internal").split(":")[0]
+  failed = []
+
+  def lookup():
+    try:
+      socket.getaddrinfo(host, 80)
+    except OSError as e:
+      failed.append(e)
+
+  thread = threading.Thread(target=lookup, daemon=True)
+  thread.start()
+  thread.join(lookup_secs)
+  if failed:
+    raise commands.UsageError(
+        "--tpu %s: cannot resolve this Cloud TPU (its zone and project come "
+        "from the GCE metadata server %s, unknown here: %s); run on a GCP VM "
+        "with network access and give --tpu_zone and --gcp_project, or give "
+        "the TPU's address as --tpu grpc://IP:8470"
+        % (name, host, failed[0].strerror or failed[0]))
 
 
 def _macros_by_file(path, gin_dir):
