@@ -100,10 +100,12 @@ class GinConfig(object):
 
   Attributes:
     includes: every file included, in reading order.
+    origins: {macro: the file that set it last (None: a gin_param)}.
   """
 
   def __init__(self, gin_files=(), gin_params=(), gin_dir=GIN_DIR):
     self._macros = {}
+    self.origins = {}
     self._bindings = {}
     self.includes = []
     for name in gin_files:
@@ -124,6 +126,7 @@ class GinConfig(object):
         key = _binding_key(statement)
         if key is None:
           self._macros[statement.selector] = statement.value
+          self.origins[statement.selector] = including_file
         else:
           self._bindings[key] = statement.value
 

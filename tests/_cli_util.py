@@ -9,6 +9,7 @@ import collections
 import os
 import subprocess
 import sys
+import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MTF_TH = os.path.join(os.path.dirname(sys.executable), "mtf_th")
@@ -68,3 +69,22 @@ def run(args, cwd=None, extra_env=None, timeout=600, user=None):
     probe = f.read()
   return Result(proc.returncode, proc.stdout, proc.stderr,
                 None if not probe else "tensorflow=True" in probe)
+
+
+def start(args, cwd=None, **popen_kwargs):
+  """Starts `mtf_th ARGS` (the console script) as a user would; a Popen
+  with text stdout and stderr pipes unless popen_kwargs say otherwise."""
+  kwargs = dict(cwd=cwd or REPO, env=env(), stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True)
+  kwargs.update(popen_kwargs)
+  return subprocess.Popen([MTF_TH] + list(args), **kwargs)
+
+
+def wait_until(ready, proc, timeout=600, poll_secs=0.2):
+  """Polls ready() until it is true; fails (with proc's output) if proc
+  exits first or `timeout` seconds pass."""
+  deadline = time.time() + timeout
+  while not ready():
+    assert proc.poll() is None, proc.communicate()
+    assert time.time() < deadline, "not ready after %d s" % timeout
+    time.sleep(poll_secs)

@@ -6,20 +6,22 @@ once for the module) keeps its files and their mtimes.  The cases marked
 no_tf must be refused before TensorFlow is imported (checked in the child
 process, not timed).  The layout-typo cases are tests/test_layout_refusals.py's.
 Ctrl-C during `mtf_th sweep` and `mtf_th demo` is tested with SIGINT sent
-to the real processes (slow).
+to the real processes once their child run has logged a training step
+(slow: ~25 s each).
 """
+import glob
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 import _cli_util
 from mtf_talking_heads.commands import comm as comm_command
+from mtf_talking_heads.commands import prechecks
 from mtf_talking_heads.sweep import run as run_lib
 
 T5 = ["--gin_file", "experiments/t5_heads/07_talking_heads_24_32.gin",
@@ -127,7 +129,8 @@ CASES = {
     "train_tpu_name_without_network": (
         ["train", "--tpu", "my-tpu", "--model_dir", "{model_dir}"] + T5 +
         SMALL, {},
-        2, ["--tpu my-tpu", "cannot resolve", "grpc://"], False, False),
+        2, ["--tpu my-tpu", "cannot resolve", "metadata.google.internal",
+            "grpc://"], True, False),
     "gin_param_unquoted_string": (
         ["train", "--model_dir", "{model_dir}", "--gin_param",
          "mesh_shape = model:4"] + T5, {}, 2,
@@ -181,6 +184,17 @@ def test_bad_input(world, name):
   if no_tf:
     assert result.tensorflow is False
   assert _snapshot(world["model_dir"]) == before
+
+
+def test_tpu_name_is_left_to_tensorflow_where_it_may_resolve(monkeypatch):
+  """prechecks.tpu refuses only a name that needs an unknown metadata host."""
+  prechecks.tpu("grpc://10.0.0.2:8470")  # an address: nothing to look up
+  prechecks.tpu("my-tpu", "europe-west4-a", "p")  # the Cloud TPU API's
+  monkeypatch.setenv("GCE_METADATA_HOST", "localhost:8080")  # resolves
+  prechecks.tpu("my-tpu")
+  monkeypatch.setenv("GCE_METADATA_HOST", "nosuch.invalid")
+  with pytest.raises(prechecks.commands.UsageError, match="nosuch.invalid"):
+    prechecks.tpu("my-tpu", "europe-west4-a")
 
 
 def test_comm_help_needs_no_tensorflow():
@@ -271,49 +285,83 @@ def test_sweep_progress_lines_have_the_runs_eta(tmp_path, monkeypatch):
                    "run's training"]
 
 
-def _interrupt_when(proc, path, timeout=900):
-  deadline = time.time() + timeout
-  while not os.path.exists(path):
-    assert proc.poll() is None, proc.communicate()
-    assert time.time() < deadline
-    time.sleep(0.5)
-  time.sleep(2)
+# Ctrl-C tests: runs far too long to finish (tiny steps), interrupted once
+# the child `mtf_th train` has logged a step, so SIGINT always lands mid-run.
+LONG = ["--scale", "tiny", "--train_steps", "100000"]
+
+
+def _logged_a_step(model_dir):
+  """True once <model_dir>/train_log.csv has a row (training under way)."""
+  try:
+    with open(os.path.join(model_dir, "train_log.csv")) as f:
+      return len(f.read().splitlines()) >= 2
+  except FileNotFoundError:
+    return False
+
+
+def _ctrl_c(argv, cwd, model_dir):
+  """Starts `mtf_th ARGV`, SIGINT once `model_dir` logged a step; stderr."""
+  proc = _cli_util.start(argv, cwd=cwd)
+  _cli_util.wait_until(lambda: _logged_a_step(model_dir), proc, timeout=900)
   proc.send_signal(signal.SIGINT)
-  return proc.communicate(timeout=300)
+  _, err = proc.communicate(timeout=300)
+  assert proc.returncode == 130, err
+  return err
+
+
+def _assert_nothing_half_written(output_dir, model_dir):
+  """The interrupted run: its own Ctrl-C line, whole CSV rows, every
+  checkpoint the `checkpoint` file lists complete, no temporary or lock
+  file, and no run recorded in results.csv."""
+  with open(os.path.join(model_dir, "sweep.log")) as f:
+    assert "mtf_th train: interrupted" in f.read()
+  with open(os.path.join(model_dir, "train_log.csv")) as f:
+    text = f.read()
+  assert text.endswith("\n")
+  assert all(len(l.split(",")) == 4 for l in text.splitlines())
+  with open(os.path.join(model_dir, "checkpoint")) as f:
+    prefixes = [l.split('"')[1] for l in f.read().splitlines()
+                if l.startswith("all_model_checkpoint_paths")]
+  assert prefixes
+  for prefix in prefixes:
+    path = os.path.join(model_dir, prefix)
+    assert os.path.exists(path + ".index"), path
+    shards = glob.glob(path + ".data-*-of-*")
+    assert shards and len(shards) == int(shards[0].rsplit("-of-", 1)[1])
+  for root, dirs, files in os.walk(output_dir):
+    for name in dirs + files:
+      assert "_temp" not in name and not name.endswith(".tmp"), name
+      assert name != "mtf_th.lock", os.path.join(root, name)
+  results = os.path.join(output_dir, "results.csv")
+  if os.path.exists(results):
+    with open(results) as f:
+      assert len(f.read().splitlines()) <= 1  # the header at most
 
 
 @pytest.mark.slow
 def test_ctrl_c_in_sweep_is_one_line_and_130(tmp_path):
   out_dir = str(tmp_path / "sweep")
-  argv = ["sweep", "--paper_table", "lm_heads", "--rows", "5", "--scale",
-          "tiny", "--train_steps", "2000", "--eval_steps", "1000,2000",
-          "--output_dir", out_dir]
-  proc = subprocess.Popen([_cli_util.MTF_TH] + argv, cwd=str(tmp_path),
-                          env=_cli_util.env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
-  _, err = _interrupt_when(proc, os.path.join(
-      out_dir, "runs", "05_talking_heads_4_32", "seed_1", "train_log.csv"))
-  assert proc.returncode == 130, err
+  argv = ["sweep", "--paper_table", "lm_heads", "--rows", "5"] + LONG + [
+      "--eval_steps", "50000,100000", "--output_dir", out_dir]
+  model_dir = os.path.join(out_dir, "runs", "05_talking_heads_4_32", "seed_1")
+  err = _ctrl_c(argv, str(tmp_path), model_dir)
   lines = err.splitlines()
   assert len(lines) == 1, err
   assert lines[0].startswith("mtf_th sweep: interrupted; 0 of 1 runs are "
                              "recorded in ")
   assert lines[0].endswith("resume with: mtf_th " + " ".join(argv))
-  assert not os.path.exists(os.path.join(out_dir, "mtf_th.lock"))
+  _assert_nothing_half_written(out_dir, model_dir)
 
 
 @pytest.mark.slow
 def test_ctrl_c_in_demo_is_one_line_and_130(tmp_path):
   out_dir = str(tmp_path / "demo")
-  argv = ["demo", "--scale", "tiny", "--train_steps", "2000",
-          "--eval_every", "1000", "--output_dir", out_dir]
-  proc = subprocess.Popen([_cli_util.MTF_TH] + argv, cwd=str(tmp_path),
-                          env=_cli_util.env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
-  _, err = _interrupt_when(proc, os.path.join(
-      out_dir, "runs", "02_multi_head_8_16", "seed_1", "train_log.csv"))
-  assert proc.returncode == 130, err
-  last = err.splitlines()[-1]
+  argv = ["demo"] + LONG + ["--eval_every", "50000", "--output_dir", out_dir]
+  model_dir = os.path.join(out_dir, "runs", "02_multi_head_8_16", "seed_1")
+  err = _ctrl_c(argv, str(tmp_path), model_dir)
+  *progress, last = err.splitlines()  # the demo's progress, then Ctrl-C's
+  assert progress[0].startswith("[demo] "), err
+  assert not any("Traceback" in l or "error" in l for l in progress), err
   assert last.startswith("mtf_th demo: interrupted; 0 of 2 runs finished")
   assert last.endswith("resume with: mtf_th " + " ".join(argv))
-  assert "Traceback" not in err
+  _assert_nothing_half_written(out_dir, model_dir)

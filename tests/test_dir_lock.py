@@ -46,18 +46,12 @@ def _holder(model_dir):
   return proc
 
 
-def _wait_for(path, proc, timeout=600):
-  deadline = time.time() + timeout
-  while not os.path.exists(path):
-    assert proc.poll() is None, proc.communicate()
-    assert time.time() < deadline
-    time.sleep(0.2)
-
-
 def test_second_writer_is_refused_before_tensorflow(tmp_path):
   model_dir = str(tmp_path / "run")
   os.makedirs(model_dir)
   holder = _holder(model_dir)
+  lock = os.path.join(model_dir, dir_lock.LOCK_FILE)
+  before = (os.listdir(model_dir), open(lock).read())  # (mtime: heartbeat)
   try:
     result = _cli_util.run(["train", "--model_dir", model_dir] + T5)
     assert result.code == 2
@@ -80,6 +74,7 @@ def test_second_writer_is_refused_before_tensorflow(tmp_path):
     train_command.check_common(
         args.parse_args(["--model_dir", model_dir]), writes=False,
         purpose="eval_results.csv")
+    assert (os.listdir(model_dir), open(lock).read()) == before
   finally:
     holder.kill()
     holder.wait()
@@ -152,11 +147,11 @@ def test_not_in_use_is_a_usage_error(tmp_path):
 def test_two_mtf_th_train_on_one_model_dir(tmp_path):
   """The first trains to the end; the second is refused at once."""
   model_dir = str(tmp_path / "run")
-  first = subprocess.Popen(
-      [_cli_util.MTF_TH, "train", "--model_dir", model_dir, "--train_steps",
-       "3"] + T5 + SMALL, cwd=_cli_util.REPO, env=_cli_util.env(),
-      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-  _wait_for(os.path.join(model_dir, dir_lock.LOCK_FILE), first)
+  first = _cli_util.start(["train", "--model_dir", model_dir,
+                           "--train_steps", "3"] + T5 + SMALL,
+                          stderr=subprocess.STDOUT)
+  lock = os.path.join(model_dir, dir_lock.LOCK_FILE)
+  _cli_util.wait_until(lambda: os.path.exists(lock), first)
   second = _cli_util.run(["train", "--model_dir", model_dir,
                           "--train_steps", "3"] + T5 + SMALL)
   out, _ = first.communicate(timeout=900)

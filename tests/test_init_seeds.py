@@ -136,3 +136,28 @@ def test_mtf_th_train_checkpoint_0_is_the_same_on_model_1_and_model_4(
   for name in names:
     np.testing.assert_array_equal(readers[0].get_tensor(name),
                                   readers[1].get_tensor(name), err_msg=name)
+
+
+def test_configure_estimator_runs_the_model_fn_name_seeded_once(tmp_path):
+  """What every mtf_th path (train, finetune, eval, decode, scoring) does
+  to utils.run's estimator: its model function then draws each variable's
+  initial value from the op seed variable_seed(name), and configuring the
+  estimator again does not wrap it twice."""
+  from mtf_talking_heads.training import estimator as estimator_lib  # pylint: disable=g-import-not-at-top
+
+  def model_fn(features, labels, mode):
+    del features, labels, mode
+    return tf.get_variable("layer/w", [2],
+                           initializer=tf.random_normal_initializer())
+
+  estimator = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path))
+  estimator_lib.configure_estimator(estimator, 1234)
+  wrapped = estimator._model_fn  # pylint: disable=protected-access
+  estimator_lib.configure_estimator(estimator, 1234)
+  assert estimator._model_fn is wrapped is not model_fn  # pylint: disable=protected-access
+  with tf.Graph().as_default():
+    variable = wrapped(None, None, "train")
+    (draw,) = [op for op in tf.get_default_graph().get_operations()
+               if op.type == "RandomStandardNormal"]
+    assert draw.get_attr("seed2") == init_seeds.variable_seed("layer/w")
+  assert variable.name == "layer/w:0"

@@ -88,6 +88,10 @@ def main(argv=None):
     return 0
 
   def precheck(args):
+    # --task is checked in body (tfds_data.get_provider), after TensorFlow:
+    # the task names live in seqio's registry, which t5.data, our tasks
+    # module and any --module_import fill when imported, and seqio and
+    # those modules import TensorFlow themselves.
     parse_steps(args.checkpoint_steps)
     train_command.check_common(
         args, writes=False,

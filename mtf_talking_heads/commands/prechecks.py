@@ -9,7 +9,9 @@ Imports only the standard library (and gin_paths / dir_lock, which do too).
 import ast
 import os
 import re
+import socket
 import sys
+import threading
 
 from mtf_talking_heads import cache_paths
 from mtf_talking_heads import commands
@@ -160,26 +162,62 @@ def cache():
         % (where, fix))
 
 
-def _macros_by_file(path, gin_dir, stack=()):
-  """{macro: (raw value, the file that set it)} as gin reads `path`."""
-  from gin import config_parser  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import gin_text as gin_reader  # pylint: disable=g-import-not-at-top
+def tpu(name, zone=None, project=None, lookup_secs=1.0):
+  """--tpu NAME, where TensorFlow's resolver would fail for certain.
+
+  A TPU name (not grpc://) without --tpu_zone and --gcp_project is resolved
+  through the GCE metadata server (tensorflow/python/tpu/client/client.py:
+  $GCE_METADATA_HOST, $GCE_METADATA_IP or metadata.google.internal).  When
+  that host name does not resolve (not a GCP VM, or no network) the run
+  cannot start: refused here in a fraction of a second instead of after
+  TensorFlow's import.  A lookup still pending after `lookup_secs` (a slow
+  DNS) and names with zone and project (the Cloud TPU API, which may work
+  off GCP with credentials) are left to training.estimator.check_tpu.
+
+  Raises:
+    commands.UsageError: one line naming --tpu and what to give instead.
+  """
+  if not name or name.startswith("grpc://") or (zone and project):
+    return
+  host = (os.environ.get("GCE_METADATA_HOST") or os.environ.get(
+      "GCE_METADATA_IP") or "metadata.google.internal").split(":")[0]
+  failed = []
+
+  def lookup():
+    try:
+      socket.getaddrinfo(host, 80)
+    except OSError as e:
+      failed.append(e)
+
+  thread = threading.Thread(target=lookup, daemon=True)
+  thread.start()
+  thread.join(lookup_secs)
+  if failed:
+    raise commands.UsageError(
+        "--tpu %s: cannot resolve this Cloud TPU (its zone and project come "
+        "from the GCE metadata server %s, unknown here: %s); run on a GCP VM "
+        "with network access and give --tpu_zone and --gcp_project, or give "
+        "the TPU's address as --tpu grpc://IP:8470"
+        % (name, host, failed[0].strerror or failed[0]))
+
+
+def _macros_by_file(path, gin_dir):
+  """{macro: (value, the file that set it)} as gin reads `path`, includes
+  followed (gin_text.GinConfig); value None where it refers to a macro
+  that `path` does not define.
+
+  Raises:
+    ValueError: a missing include or an include cycle.
+  """
+  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
+  config = gin_text.GinConfig([path], gin_dir=gin_dir)
   out = {}
-  if path in stack:
-    return out
-  with open(path) as f:
-    statements = gin_reader._read_statements(f.read(), path)  # pylint: disable=protected-access
-  for statement in statements:
-    if isinstance(statement, config_parser.IncludeStatement):
-      try:
-        included = gin_reader.gin_path(statement.filename, path, gin_dir)
-      except ValueError:
-        continue  # training.parse_gin reports a missing include
-      out.update(_macros_by_file(included, gin_dir, stack + (path,)))
-    elif (isinstance(statement, config_parser.BindingStatement)
-          and not statement.scope and not statement.arg_name
-          and "." not in statement.selector):
-      out[statement.selector] = (repr(statement.value), path)
+  for name, origin in config.origins.items():
+    try:
+      value = config.get(name)
+    except ValueError:
+      value = None
+    out[name] = (value, origin)
   return out
 
 
@@ -208,12 +246,12 @@ def gin_order(names):
   try:
     gin_dir = gin_paths.gin_dir()
     paths = [gin_paths.resolve(n) for n in names]
-  except FileNotFoundError:
-    return
+    by_file = [_macros_by_file(path, gin_dir) for path in paths]
+  except (FileNotFoundError, ValueError):
+    return  # gin_files() and training.parse_gin report these
   scale = scale_macros(gin_dir)
   seen = {}  # macro -> (value, --gin_file that set it)
-  for name, path in zip(names, paths):
-    macros = _macros_by_file(path, gin_dir)
+  for name, path, macros in zip(names, paths, by_file):
     for macro, (value, origin) in sorted(macros.items()):
       if (macro in scale and macro in seen and origin != path
           and seen[macro][0] != value):
@@ -223,7 +261,7 @@ def gin_order(names):
                        and seen[m][0] != v)
         raise commands.UsageError(
             "--gin_file %s includes %s, which sets %s again after the "
-            "earlier --gin_file %s (the later file wins: %s = %s, not %s); "
+            "earlier --gin_file %s (the later file wins: %s = %r, not %r); "
             "put the scale file last: --gin_file %s --gin_file %s"
             % (name, os.path.relpath(origin, gin_dir), ", ".join(again),
                earlier, macro, value, seen[macro][0], name, earlier))

@@ -146,6 +146,7 @@ def check_common(args, writes=True, purpose=""):
                       purpose=purpose)
   if writes:
     prechecks.not_in_use(args.model_dir, "--model_dir")
+  prechecks.tpu(args.tpu, args.tpu_zone, args.gcp_project)
   if not args.tpu:
     prechecks.cache()
 
