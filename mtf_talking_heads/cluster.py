@@ -214,6 +214,9 @@ def from_args(args, prog, argv):
     if k not in (None, 1):
       raise ClusterError("--devices_per_task goes with --cluster")
     return None
+  if getattr(args, "tpu", None):
+    raise ClusterError("--cluster and --tpu both say where to run: give one "
+                       "of them")
   return Cluster(parse_addresses(args.cluster), 1 if k is None else k,
                  command=command_line(prog, argv))
 

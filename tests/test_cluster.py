@@ -276,8 +276,11 @@ def test_unreachable_task_refused_before_tensorflow(tmp_path):
                "--cluster", "a:1", "--devices_per_task", "0"],
      "mtf_th sweep: error: argument --devices_per_task: must be a positive "
      "integer, got '0'"),
+    ("evaluate", ["--cluster", "a:1", "--tpu", "grpc://10.0.0.2:8470"],
+     "mtf_th eval: error: --cluster and --tpu both say where to run: give "
+     "one of them"),
 ], ids=["not_host_port", "duplicate", "k_without_cluster", "k_0",
-        "sweep_k_0"])
+        "sweep_k_0", "with_tpu"])
 def test_bad_cluster_flags_refused(command, flags, words, capsys):
   """Refused in one line, status 2, before anything is probed or built."""
   import importlib  # pylint: disable=g-import-not-at-top
