@@ -292,6 +292,22 @@ def test_bad_cluster_flags_refused(command, flags, words, capsys):
   assert cluster.active() is None
 
 
+def test_no_memory_warning_about_the_client_on_a_cluster(capsys):
+  """train's fit_check warning measures this host's memory: on a cluster
+  the mesh is on the servers, so it is not given (tests/test_plan.py has
+  the same arguments warn without --cluster)."""
+  import argparse  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.commands import train  # pylint: disable=g-import-not-at-top
+  args = argparse.Namespace(gin_file=["models/t5_base.gin"],
+                            gin_param=["batch_size = 65536"], tpu=None,
+                            cluster="h0:2222,h1:2222")
+  train._memory_warning(args)  # pylint: disable=protected-access
+  assert capsys.readouterr().err == ""
+  args.cluster = None
+  train._memory_warning(args)  # pylint: disable=protected-access
+  assert "warning: predicted" in capsys.readouterr().err
+
+
 def test_mesh_size_mismatch_refused_in_the_preflight():
   """training.preflight (before any graph) refuses a mesh of another size."""
   from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top

@@ -242,8 +242,9 @@ def checkpoint_params(args):
 def _memory_warning(args):
   """Pre-flight: one line if the run is predicted not to fit (fit_check).
   Runs on CPU are checked against this host; a --tpu run by launch/tpu.py,
-  which knows the slice."""
-  if args.tpu:
+  which knows the slice; a --cluster run not at all (the devices are the
+  servers', whose memory this host cannot see: docs/cluster.md)."""
+  if args.tpu or getattr(args, "cluster", None):
     return
   from mtf_talking_heads import fit_check  # pylint: disable=g-import-not-at-top
   line = fit_check.warning(PROG, args.gin_file, args.gin_param, "cpu")
