@@ -37,6 +37,7 @@ compat.split_cpu(4)
 import tensorflow.compat.v1 as tf  # noqa: E402
 
 from mtf_talking_heads import cluster  # noqa: E402
+from mtf_talking_heads import commands  # noqa: E402
 from mtf_talking_heads import harness  # noqa: E402
 from mtf_talking_heads import layers  # noqa: E402
 from mtf_talking_heads.training import cluster as training_cluster  # noqa: E402
@@ -147,15 +148,8 @@ def main(argv=None):
   columns = ["mesh_shape", "where", "step_sec", "vs_1_process",
              "bytes_between_tasks", "comm_ring_bytes_x_devices",
              "measured_vs_comm"]
-  if args.format == "csv":
-    writer = csv.writer(sys.stdout, lineterminator="\n")
-    writer.writerow(columns)
-    writer.writerows(rows)
-  else:
-    print("| " + " | ".join(columns) + " |")
-    print("|---|---|" + "---:|" * (len(columns) - 2))
-    for row in rows:
-      print("| " + " | ".join(str(c) for c in row) + " |")
+  sys.stdout.write(commands.format_table(columns, rows, args.format,
+                                         ("mesh_shape", "where")))
 
 
 if __name__ == "__main__":

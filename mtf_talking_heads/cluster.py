@@ -209,11 +209,15 @@ def command_line(prog, argv):
 
 def from_args(args, prog, argv):
   """The Cluster of parsed --cluster / --devices_per_task flags, or None."""
+  k = getattr(args, "devices_per_task", None)
   if not getattr(args, "cluster", None):
-    if getattr(args, "devices_per_task", None) not in (None, 1):
+    if k not in (None, 1):
       raise ClusterError("--devices_per_task goes with --cluster")
     return None
-  return Cluster(parse_addresses(args.cluster), args.devices_per_task or 1,
+  if getattr(args, "tpu", None):
+    raise ClusterError("--cluster and --tpu both say where to run: give one "
+                       "of them")
+  return Cluster(parse_addresses(args.cluster), 1 if k is None else k,
                  command=command_line(prog, argv))
 
 

@@ -262,18 +262,50 @@ def test_unreachable_task_refused_before_tensorflow(tmp_path):
   assert not os.path.exists(str(tmp_path / "m"))
 
 
-def test_bad_cluster_flags_refused():
-  for flags, words in (
-      (["--cluster", "localhost"], "--cluster entry 0 ('localhost') is not "
-                                   "HOST:PORT"),
-      (["--cluster", "a:1,a:1"], "--cluster lists a:1 twice"),
-      (["--devices_per_task", "2"], "--devices_per_task goes with --cluster")):
-    proc = subprocess.run([MTF_TH, "eval", "--model_dir", "/nonexistent"] +
-                          flags, cwd=REPO, capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 2, proc.stderr
-    line, = _error_lines(proc.stderr)
-    assert words in line, line
+@pytest.mark.parametrize("command,flags,words", [
+    ("evaluate", ["--cluster", "localhost"],
+     "mtf_th eval: error: --cluster entry 0 ('localhost') is not HOST:PORT"),
+    ("evaluate", ["--cluster", "a:1,a:1"],
+     "mtf_th eval: error: --cluster lists a:1 twice"),
+    ("evaluate", ["--devices_per_task", "2"],
+     "mtf_th eval: error: --devices_per_task goes with --cluster"),
+    ("evaluate", ["--cluster", "a:1", "--devices_per_task", "0"],
+     "mtf_th eval: error: argument --devices_per_task: must be a positive "
+     "integer, got '0'"),
+    ("sweep", ["--paper_table", "t5_heads", "--output_dir", "/nonexistent",
+               "--cluster", "a:1", "--devices_per_task", "0"],
+     "mtf_th sweep: error: argument --devices_per_task: must be a positive "
+     "integer, got '0'"),
+    ("evaluate", ["--cluster", "a:1", "--tpu", "grpc://10.0.0.2:8470"],
+     "mtf_th eval: error: --cluster and --tpu both say where to run: give "
+     "one of them"),
+], ids=["not_host_port", "duplicate", "k_without_cluster", "k_0",
+        "sweep_k_0", "with_tpu"])
+def test_bad_cluster_flags_refused(command, flags, words, capsys):
+  """Refused in one line, status 2, before anything is probed or built."""
+  import importlib  # pylint: disable=g-import-not-at-top
+  module = importlib.import_module("mtf_talking_heads.commands." + command)
+  argv = (["--model_dir", "/nonexistent"] if command == "evaluate" else [])
+  assert module.main(argv + flags) == 2
+  line, = _error_lines(capsys.readouterr().err)
+  assert line.startswith(words), line
+  assert cluster.active() is None
+
+
+def test_no_memory_refusal_about_the_client_on_a_cluster():
+  """train's RAM refusal measures this host's memory: on a cluster the mesh
+  is on the servers, so it is not applied (tests/test_plan.py has the same
+  arguments refused without --cluster)."""
+  import argparse  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.commands import train  # pylint: disable=g-import-not-at-top
+  args = argparse.Namespace(gin_file=["models/t5_base.gin"],
+                            gin_param=["batch_size = 65536"], tpu=None,
+                            cluster="h0:2222,h1:2222")
+  train.memory_check(args, training)  # no error
+  args.cluster = None
+  with pytest.raises(training.ConfigError, match="predicted"):
+    train.memory_check(args, training)
 
 
 def test_mesh_size_mismatch_refused_in_the_preflight():

@@ -33,6 +33,7 @@ import sys
 
 from mtf_talking_heads import commands
 from mtf_talking_heads.commands import prechecks
+from mtf_talking_heads.commands import train as train_command
 
 PROG = "mtf_th sweep"
 
@@ -102,7 +103,8 @@ def _build_parser():
   how.add_argument("--cluster", metavar="HOST:PORT,...",
                    help="run every train and eval on these `mtf_th server` "
                    "tasks (docs/cluster.md)")
-  how.add_argument("--devices_per_task", type=int, metavar="K",
+  how.add_argument("--devices_per_task", type=train_command.positive_int,
+                   metavar="K",
                    help="passed on with --cluster (default 1)")
   how.add_argument("--tpu_zone", help="passed on with --tpu")
   how.add_argument("--gcp_project", help="passed on with --tpu")

@@ -243,12 +243,14 @@ def checkpoint_params(args):
 def memory_check(args, training):
   """Pre-flight: refuses a run on this machine's CPU that is predicted not to
   fit in its RAM (fit_check.cpu_refusal), before any graph is built.  A
-  --tpu run is checked against its slice by launch/tpu.py.
+  --tpu run is checked against its slice by launch/tpu.py; a --cluster run
+  not at all (the devices are the servers', whose memory this host cannot
+  see: docs/cluster.md).
 
   Raises:
     training.ConfigError: the one line (exit status 2).
   """
-  if args.tpu:
+  if args.tpu or getattr(args, "cluster", None):
     return
   from mtf_talking_heads import fit_check  # pylint: disable=g-import-not-at-top
   reason = fit_check.cpu_refusal(args.gin_file, args.gin_param)
