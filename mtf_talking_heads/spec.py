@@ -121,13 +121,15 @@ def positive_int(name, value, hint=""):
 def dim_pair(value, default_name, param):
   """An int, (name, size) pair or mtf.Dimension -> (name, size), size > 0.
 
-  The one check of a dim given to a layer (attention.make_dims, the layers'
-  heads arguments): the message names `param`, the argument the caller set.
+  The one check of a dim given to a layer or a checker (attention.make_dims,
+  the layers' heads arguments, validation's d_model, length, ...): the
+  message names `param`, the argument the caller set.  A bool is refused.
   """
   pair = (default_name, value) if isinstance(value, int) else value
   try:
     name, size = pair
-    ok = isinstance(name, str) and isinstance(size, int)
+    ok = (isinstance(name, str) and isinstance(size, int)
+          and not isinstance(size, bool))
   except (TypeError, ValueError):
     ok = False
   if not ok:
