@@ -212,33 +212,6 @@ def commands(args):
   return out
 
 
-def check_layout_files(args):
-  """Refuses a --gin_file that sets mesh_shape or layout itself: --parallelism
-  binds both as --gin_params, which gin applies after every file, so the
-  file's mesh and layout would be silently replaced.
-
-  Raises:
-    ValueError: naming the file, the macros and what to give instead.
-  """
-  from mtf_talking_heads.commands import prechecks  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import gin_paths  # pylint: disable=g-import-not-at-top
-  for name in args.gin_file:
-    try:
-      path = gin_paths.resolve(name)
-    except FileNotFoundError as e:
-      raise ValueError(str(e))
-    own = sorted(m for m, (_, origin) in prechecks._macros_by_file(  # pylint: disable=protected-access
-        path, gin_paths.gin_dir()).items()
-                 if m in ("mesh_shape", "layout") and origin == path)
-    if own:
-      raise ValueError(
-          "--gin_file %s sets %s, which --parallelism %s replaces (its "
-          "bindings come after every file); drop the file and choose "
-          "--parallelism model, batch or mixed, or give --gin_param "
-          "\"layout = '...'\" to override the layout" % (
-              name, " and ".join(own), args.parallelism))
-
-
 def preflight(args):
   """`mtf_th train`'s checks, here, on what train will parse on the slice.
 
@@ -302,9 +275,8 @@ def main(argv=None):
       raise ValueError("--model_dir must be a gs:// path (got %r): TPU "
                        "workers write checkpoints to Cloud Storage"
                        % args.model_dir)
-    check_layout_files(args)
-    cmds = commands(args)
     check_layout_choice(args)
+    cmds = commands(args)
     preflight(args)
   except ValueError as e:
     print("%s: error: %s" % (parser.prog, e), file=sys.stderr)

@@ -318,19 +318,3 @@ def test_ctrl_c_in_demo_is_one_line_and_130(tmp_path):
   assert last.startswith("mtf_th demo: interrupted; 0 of 2 runs finished")
   assert last.endswith("resume with: mtf_th " + " ".join(argv))
   assert "Traceback" not in err
-
-
-def test_tpu_launcher_refuses_a_layout_file_parallelism_replaces():
-  proc = subprocess.run(
-      [sys.executable, os.path.join(_cli_util.REPO, "launch", "tpu.py"),
-       "--dry_run", "--name", "t", "--zone", "z", "--project", "p",
-       "--model_dir", "gs://b/x", "--experiment",
-       "experiments/t5_heads/07_talking_heads_24_32.gin", "--gin_file",
-       "layouts/data_parallel.gin", "--parallelism", "model"],
-      env=_cli_util.env(), capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 2, proc.stderr
-  (line,) = proc.stderr.splitlines()
-  assert line.startswith("launch/tpu.py: error: --gin_file "
-                         "layouts/data_parallel.gin sets layout and "
-                         "mesh_shape, which --parallelism model replaces")
-  assert proc.stdout == ""
