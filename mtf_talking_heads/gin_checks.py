@@ -45,19 +45,14 @@ _MESH_ADVICE = {
 }
 
 
-class _Delegate(config_parser.ParserDelegate):
-  """Reads binding statements without resolving any reference."""
-
-  def configurable_reference(self, scoped_configurable_name, evaluate):
-    return "@" + scoped_configurable_name
-
-  def macro(self, macro_name):
-    return "%" + macro_name
-
-
 def bindings(param):
-  """The gin BindingStatements of one --gin_param string."""
-  parser = config_parser.ConfigParser(param, _Delegate())
+  """The gin BindingStatements of one --gin_param string.
+
+  gin's own delegate makes the references (printed "@name", "@name()",
+  "%macro"); gin.parse_config has already accepted `param`, so every name
+  it references is registered.
+  """
+  parser = config_parser.ConfigParser(param, gin.config.ParserDelegate())
   return [s for s in parser if isinstance(s, config_parser.BindingStatement)]
 
 

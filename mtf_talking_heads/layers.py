@@ -514,11 +514,7 @@ class GeneralBilinearAttention(transformer_layers.SelfAttention):
                dropout_rate=0.0,
                relative_attention_type=None,
                relative_attention_num_buckets=32):
-    if isinstance(heads, int):
-      heads = ("heads", heads)
-    self.heads = mtf.convert_to_dimension(heads)
-    if self.heads.size <= 0:
-      raise ValueError("heads must be positive, got %r" % (heads,))
+    self.heads = mtf.Dimension(*_pair(heads, "heads"))
     if relative_attention_type not in _RELATIVE_TYPES:
       raise ValueError("relative_attention_type must be one of %s, got %r"
                        % (_RELATIVE_TYPES, relative_attention_type))

@@ -94,13 +94,6 @@ MODEL_DIMS = UNIT_DIMS + ("d_ff", "max_length", "buckets", "inner_vocab",
                           "ensemble", "experts", "outer_batch")
 
 
-def with_projection(which):
-  """The variant names that have P_l (which="logits") or P_w ("weights")."""
-  field = "project_" + which
-  return tuple(v.name for v in VARIANT_TABLE
-               if getattr(v, field) and v.name != DYNAMIC)
-
-
 def layer_class_names(variant):
   """(self-attention class, encoder-attention class) names of a variant."""
   name = VARIANT[variant].layer
@@ -121,13 +114,15 @@ def positive_int(name, value, hint=""):
 def dim_pair(value, default_name, param):
   """An int, (name, size) pair or mtf.Dimension -> (name, size), size > 0.
 
-  The one check of a dim given to a layer (attention.make_dims, the layers'
-  heads arguments): the message names `param`, the argument the caller set.
+  The one check of a dim given to a layer or a checker (attention.make_dims,
+  the layers' heads arguments, validation's d_model, length, ...): the
+  message names `param`, the argument the caller set.  A bool is refused.
   """
   pair = (default_name, value) if isinstance(value, int) else value
   try:
     name, size = pair
-    ok = isinstance(name, str) and isinstance(size, int)
+    ok = (isinstance(name, str) and isinstance(size, int)
+          and not isinstance(size, bool))
   except (TypeError, ValueError):
     ok = False
   if not ok:
@@ -210,10 +205,6 @@ class AttentionSpec(collections.namedtuple("AttentionSpec", [
   def label(self):
     """costs.variant_label's: "talking_heads+x2l", "grouped_...(groups=8)"."""
     return variant_label(self.variant, self.dynamic, self.groups)
-
-  @property
-  def paper_label(self):
-    return VARIANT[self.variant].label
 
   def dim_sizes(self):
     """{dim name: size} as the layers name them (grouped: per-group heads
@@ -455,6 +446,26 @@ def split_rules(text):
   return [t for t in DELIMITERS.split((text or "").strip()) if t]
 
 
+def _name_value_tokens(text, what, names, write):
+  """Yields (name, value) of each token of an mtf string, in order.
+
+  Args:
+    text: a mesh shape or layout string.
+    what: its parameter name, first in the message.
+    names: how many sides must be identifiers (1: the name; 2: both).
+    write: what to write instead, e.g. 'name:size pairs separated by ...'.
+  Raises:
+    ValueError: "WHAT: cannot parse TOKEN in TEXT; write WRITE" for a token
+      without exactly one ':' or whose sides are not names.
+  """
+  for token in split_rules(text):
+    parts = token.split(":")
+    if len(parts) != 2 or not all(_NAME.match(p) for p in parts[:names]):
+      raise ValueError("%s: cannot parse %r in %r; write %s"
+                       % (what, token, text, write))
+    yield tuple(parts)
+
+
 def _check_mesh_pairs(pairs, mesh_shape):
   seen = set()
   for name, size in pairs:
@@ -490,19 +501,15 @@ def parse_mesh_shape(mesh_shape):
     return []
   if isinstance(mesh_shape, str):
     pairs = []
-    for token in split_rules(mesh_shape):
-      parts = token.split(":")
-      if len(parts) != 2 or not _NAME.match(parts[0]):
-        raise ValueError(
-            "mesh_shape: cannot parse %r in %r; write name:size pairs "
-            "separated by ';', e.g. \"batch:2;model:4\""
-            % (token, mesh_shape))
-      if not re.match(r"^[0-9]+$", parts[1]):
+    for name, size in _name_value_tokens(
+        mesh_shape, "mesh_shape", 1,
+        "name:size pairs separated by ';', e.g. \"batch:2;model:4\""):
+      if not re.match(r"^[0-9]+$", size):
         raise ValueError(
             "mesh_shape: size %r of mesh dim %r in %r is not an integer; "
             "write name:size pairs, e.g. \"model:8\""
-            % (parts[1], parts[0], mesh_shape))
-      pairs.append((parts[0], int(parts[1])))
+            % (size, name, mesh_shape))
+      pairs.append((name, int(size)))
     return _check_mesh_pairs(pairs, mesh_shape)
   try:
     pairs = [(d.name, d.size) if hasattr(d, "name") and hasattr(d, "size")
@@ -529,16 +536,9 @@ def parse_layout(layout):
   if layout is None:
     return []
   if isinstance(layout, str):
-    pairs = []
-    for token in split_rules(layout):
-      parts = token.split(":")
-      if len(parts) != 2 or not all(_NAME.match(p) for p in parts):
-        raise ValueError(
-            "layout: cannot parse %r in %r; write tensor_dim:mesh_dim rules "
-            "separated by ';', e.g. \"heads:model;batch:batch\""
-            % (token, layout))
-      pairs.append(tuple(parts))
-    return sorted(set(pairs))
+    return sorted(set(_name_value_tokens(
+        layout, "layout", 2, "tensor_dim:mesh_dim rules separated by ';', "
+        "e.g. \"heads:model;batch:batch\"")))
   try:
     pairs = [(a, b) for a, b in layout]
   except (TypeError, ValueError):

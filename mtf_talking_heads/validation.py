@@ -69,15 +69,9 @@ def _to_dimension(value, param):
 
 
 def _dimension_arg(value, default_name, param):
-  """int -> Dimension(default_name, value); Dimension / pair pass."""
-  if isinstance(value, bool):
-    raise ValueError("%s must be a positive integer or a (name, size) pair, "
-                     "got %r" % (param, value))
-  if isinstance(value, int):
-    if value < 1:
-      raise ValueError("%s must be positive, got %d" % (param, value))
-    return mtf.Dimension(default_name, value)
-  return _to_dimension(value, param)
+  """int -> Dimension(default_name, value); Dimension / pair pass
+  (spec.dim_pair's check)."""
+  return mtf.Dimension(*spec.dim_pair(value, default_name, param))
 
 
 def _batch_dims(batch):

@@ -26,15 +26,17 @@ status 2 and one message on stderr.
 import sys
 
 from mtf_talking_heads import commands
+from mtf_talking_heads import costs
+from mtf_talking_heads import prices
+from mtf_talking_heads import spec
 
 PROG = "mtf_th comm"
 
-# The names of sharding.STRATEGIES and comm.VARIANTS (tests/test_bad_inputs.py
-# checks that they agree): --help and bad arguments need no TensorFlow.
-STRATEGY_NAMES = ("heads_parallel", "query_split_allgather", "query_split",
-                  "batch_split", "batch_split_gathered", "batch_query_split")
-VARIANTS = ("multi_head", "talking_heads", "project_logits",
-            "project_weights", "grouped_talking_heads")
+# The names of sharding.STRATEGIES and comm.VARIANTS, from the TensorFlow-free
+# modules (tests/test_bad_inputs.py checks that they agree): --help and bad
+# arguments need no TensorFlow.
+STRATEGY_NAMES = prices.STRATEGY_NAMES
+VARIANTS = spec.SHARDED_VARIANTS
 
 
 def _build_parser(strategies, variants):
@@ -82,11 +84,38 @@ def _format(columns, rows, fmt):
   return commands.format_table(columns, rows, fmt, text_columns=("variant", "strategy", "mesh_shape", "layout"))
 
 
+def _check_arguments(args):
+  """The refusals that need no TensorFlow, in comm's order: the unit's dims
+  (comm.make_config), --vocab, then the names of --layout's rules
+  (comm.check_config repeats that check for its library callers).
+
+  Raises:
+    ValueError: naming the argument.
+  """
+  cfg = costs.resolve_config(
+      args.variant, args.heads_k, args.heads, args.heads_v, args.d_k,
+      args.d_v, args.d_model, args.length, dynamic=args.dynamic or (),
+      groups=args.groups)
+  spec.positive_int("batch", args.batch)
+  spec.positive_int("--vocab", args.vocab)
+  if args.layout is not None:
+    attention = spec.AttentionSpec(
+        *[cfg[field] for field in spec.AttentionSpec._fields])
+    spec.check_layout_names(
+        args.layout, [name for name, _ in spec.parse_mesh_shape(
+            args.mesh_shape)], spec.unit_dim_names(attention), what="--layout")
+
+
 def main(argv=None):
   argv = list(sys.argv[1:] if argv is None else argv)
   args = commands.parse(_build_parser(STRATEGY_NAMES, VARIANTS), argv)
   if isinstance(args, int):
     return args
+  try:
+    _check_arguments(args)
+  except ValueError as e:
+    print("%s: error: %s" % (PROG, str(e).splitlines()[0]), file=sys.stderr)
+    return 2
   # TensorFlow is imported only now (--help and bad arguments stay fast);
   # the CPU is split into logical devices before any graph is built.
   from mtf_talking_heads import comm  # pylint: disable=g-import-not-at-top
@@ -97,8 +126,6 @@ def main(argv=None):
         args.variant, args.heads, args.d_k, args.d_v, args.d_model,
         args.length, args.batch, heads_k=args.heads_k, heads_v=args.heads_v,
         dynamic=args.dynamic or (), groups=args.groups)
-    if args.vocab <= 0:
-      raise ValueError("--vocab must be positive, got %d" % args.vocab)
     names = (list(sharding.STRATEGIES) if args.strategy == "all"
              else [args.strategy])
     comm.check_config(config, args.mesh_shape, args.layout)

@@ -23,6 +23,7 @@ import sys
 from mtf_talking_heads import commands
 
 from mtf_talking_heads import perf
+from mtf_talking_heads import spec
 
 PROG = "mtf_th perf"
 COLUMNS = ("row", "label", "step_s", "compute_s", "memory_s", "network_s",
@@ -77,8 +78,7 @@ def _efficiency(args, hardware):
 
 def _rows(args):
   """[(row, label, Model)] from --paper_table or --gin_file."""
-  if args.vocab <= 0:
-    raise ValueError("--vocab must be positive, got %d" % args.vocab)
+  spec.positive_int("--vocab", args.vocab)
   if args.paper_table:
     if args.gin_file or args.gin_param:
       raise commands.UsageError("--paper_table reads its own gin files; drop "
