@@ -6,6 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Two pytest-xdist workers, one test file at a time each (tests/conftest.py).
+XDIST := -n 2 --dist loadfile --no-loadscope-reorder
 
 .PHONY: all demo test test-fast test-onednn venv clean
 
@@ -32,7 +34,7 @@ demo: $(STAMP)
 # oneDNN by itself on CPUs with AVX-512 (Intel, and newer AMD EPYC such as
 # the test machine of 2026-11-26): left to TF, both passes could run oneDNN.
 test: $(STAMP)
-	TF_ENABLE_ONEDNN_OPTS=0 $(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
+	TF_ENABLE_ONEDNN_OPTS=0 $(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS) tests
 	$(MAKE) --no-print-directory test-onednn
 
 # The split strategies' cores run again with TF's oneDNN kernels forced on
@@ -46,12 +48,12 @@ test: $(STAMP)
 ONEDNN_TESTS := tests/test_strategies.py
 ONEDNN_SELECT := not test_sharded_equals_unsharded or batch2xmodel4
 test-onednn: $(STAMP)
-	TF_ENABLE_ONEDNN_OPTS=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS) -k "$(ONEDNN_SELECT)" $(ONEDNN_TESTS)
+	TF_ENABLE_ONEDNN_OPTS=1 $(BIN)/python -m pytest -q -n 2 --dist load $(PYTEST_ARGS) -k "$(ONEDNN_SELECT)" $(ONEDNN_TESTS)
 
 # The quick loop while developing: every test except those marked slow
 # (the full sharding matrices, the real sweep, fine-tuning, stock t5 script).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS) tests
+	$(BIN)/python -m pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS) tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache
