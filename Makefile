@@ -28,9 +28,13 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/mtf_th demo
 
-# The whole suite (what CI runs): about 27 minutes on 2 cores, on TF's
-# default (Eigen) CPU kernels, then the strategy tests again with oneDNN's
-# kernels (test-onednn).  Each pass pins its kernel path, because TF picks
+# The whole suite (what CI runs) on TF's default (Eigen) CPU kernels, then
+# the strategy tests again with oneDNN's kernels (test-onednn).  The work
+# is CPU-bound Python (graph building) and TensorFlow subprocesses, so two
+# workers on 2 cores take about half of one process's time: the Eigen pass
+# took 61.7 min with one process on 2026-11-27 (3862 CPU-s, 2 cores shared
+# with a sweep), before the sharding matrices went to one run per code
+# path (52 graph runs fewer).  Each pass pins its kernel path, because TF picks
 # oneDNN by itself on CPUs with AVX-512 (Intel, and newer AMD EPYC such as
 # the test machine of 2026-11-26): left to TF, both passes could run oneDNN.
 test: $(STAMP)
