@@ -124,7 +124,20 @@ CASES = {
     "eval_metrics_unknown_task": (
         ["eval", "--metrics", "--task", "nosuch_task", "--model_dir",
          "{model_dir}"], {}, 2,
-        ["--task 'nosuch_task'", "not a registered task", "th_"], False,
+        ["--task 'nosuch_task'", "not a registered task", "th_mlm",
+         "--module_import"], True, False),
+    "eval_metrics_task_typo": (
+        ["eval", "--metrics", "--task", "th_finetune_embeded", "--model_dir",
+         "{model_dir}"], {}, 2,
+        ["--task 'th_finetune_embeded'", "did you mean th_finetune_embedded"],
+        True, False),
+    "eval_task_without_metrics": (
+        ["eval", "--task", "th_finetune_embedded", "--model_dir",
+         "{model_dir}"], {}, 2, ["--task", "go with --metrics"], True, False),
+    "module_import_missing": (  # issue 8: mtf_th's --module_import
+        ["train", "--model_dir", "{model_dir}", "--module_import",
+         "no_such_module_xyz"] + T5, {}, 2,
+        ["--module_import", "cannot import 'no_such_module_xyz'"], True,
         False),
     "train_tpu_name_without_network": (
         ["train", "--tpu", "my-tpu", "--model_dir", "{model_dir}"] + T5 +
@@ -184,6 +197,152 @@ def test_bad_input(world, name):
   if no_tf:
     assert result.tensorflow is False
   assert _snapshot(world["model_dir"]) == before
+
+
+# Issue 8's bad inputs that need TensorFlow (gin's parse, the checkpoint's
+# shapes, tpu.py's pre-flight): one subprocess calls each command's main()
+# in-process, in order, and records its status, stderr and the trained
+# model_dir's snapshot after it; then seqio's task and mixture names.
+# name -> (command, argv with {model_dir} {base}, words of the one line)
+TWELVE = ["--gin_param", "heads_k = 12", "--gin_param", "heads = 12",
+          "--gin_param", "heads_v = 12"]
+TPU = ["--dry_run", "--name", "th24", "--zone", "europe-west4-a",
+       "--project", "proj", "--model_dir", "gs://bucket/runs/th24"]
+EXPERIMENT = ["--experiment", "experiments/t5_heads/07_talking_heads_24_32.gin"]
+SHAPE_WORDS = ["--model_dir", "TalkingHeadsAttention/p_", "24, 32] but this "
+               "configuration makes it [32, 12, 32]", "operative_config.gin"]
+AFTER_TF = {
+    "issue8_other_shape_train": (
+        "train", ["--model_dir", "{model_dir}", "--train_steps", "2"] + T5 +
+        SMALL + TWELVE, SHAPE_WORDS),
+    "issue8_other_shape_eval": (
+        "eval", ["--model_dir", "{model_dir}"] + T5 + SMALL + TWELVE,
+        SHAPE_WORDS),
+    "issue8_other_shape_decode": (
+        "decode", ["--model_dir", "{model_dir}", "--input", "a b"] + T5 +
+        SMALL + TWELVE, SHAPE_WORDS),
+    "issue8_macro_typo": (
+        "train", ["--model_dir", "{model_dir}", "--train_steps", "2",
+                  "--gin_param", "heds = 12"] + T5 + SMALL,
+        ["'heds'", "Did you mean 'heads'"]),
+    "issue8_t5_model_parallelism": (
+        "train", ["--model_dir", "{model_dir}", "--train_steps", "2",
+                  "--gin_param", "utils.tpu_mesh_shape.model_parallelism = 4"]
+        + T5 + SMALL, ["is ignored", "mesh_shape = 'model:4'"]),
+    "issue8_tpu_heads_do_not_split": (
+        "tpu", TPU + EXPERIMENT + ["--accelerator", "v3-32", "--parallelism",
+                                   "model"],
+        ["'heads' (size 24)", "model:32"]),
+    "issue8_tpu_unknown_accelerator": (
+        "tpu", TPU + EXPERIMENT + ["--accelerator", "v9-8"],
+        ["--accelerator", "v9"]),
+    "issue8_tpu_missing_experiment": (
+        "tpu", TPU + ["--experiment", "experiments/t5_heads/99_no.gin",
+                      "--accelerator", "v3-8"], ["99_no.gin", "no such file"]),
+    # a --module_import registers more tasks: --task is then checked after
+    # the import (tfds_data.get_provider), with the user's names
+    "eval_metrics_task_of_a_module_import": (
+        "eval", ["--metrics", "--task", "my_mixtur", "--module_import",
+                 "my_tasks", "--model_dir", "{model_dir}"],
+        ["--task 'my_mixtur'", "did you mean my_mixture"]),
+}
+
+_AFTER_TF_SCRIPT = r"""
+import contextlib, importlib.util, io, json, os, sys
+cases, model_dir, repo = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+from mtf_talking_heads.commands import decode, evaluate, train
+spec = importlib.util.spec_from_file_location(
+    "launch_tpu", os.path.join(repo, "launch", "tpu.py"))
+tpu = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tpu)
+mains = {"train": train.main, "eval": evaluate.main, "decode": decode.main,
+         "tpu": tpu.main}
+
+
+def snapshot(path):
+  out = {".": os.stat(path).st_mtime_ns}
+  for root, dirs, files in os.walk(path):
+    for name in dirs + files:
+      full = os.path.join(root, name)
+      out[os.path.relpath(full, path)] = os.lstat(full).st_mtime_ns
+  return out
+
+
+out = {}
+for name, (command, argv) in sorted(cases.items()):
+  err, std = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(std):
+    try:
+      code = mains[command](argv)
+    except SystemExit as e:
+      code = e.code
+  out[name] = {"code": code, "stderr": err.getvalue(),
+               "stdout": std.getvalue(), "snapshot": snapshot(model_dir)}
+import seqio
+out["registry"] = sorted(seqio.TaskRegistry.names()) + sorted(
+    seqio.MixtureRegistry.names())
+print("JSON" + json.dumps(out))
+"""
+
+MY_TASKS = """
+import seqio
+import mtf_talking_heads.data  # this package's tasks first
+seqio.MixtureRegistry.add("my_mixture", [("th_mlm", 1.0)])
+"""
+
+
+@pytest.fixture(scope="module")
+def after_tf(world):
+  """{case: {code, stderr, stdout, snapshot}, "registry": names, "before":
+  the model_dir's snapshot before the cases}."""
+  modules = os.path.join(world["base"], "modules")
+  os.makedirs(modules, exist_ok=True)
+  with open(os.path.join(modules, "my_tasks.py"), "w") as f:
+    f.write(MY_TASKS)
+  cases = {name: (command, [a.format(**world) for a in argv])
+           for name, (command, argv, _) in AFTER_TF.items()}
+  before = _snapshot(world["model_dir"])
+  env = _cli_util.env({"PYTHONPATH": os.pathsep.join(
+      [_cli_util.REPO, modules])})
+  proc = subprocess.run(
+      [sys.executable, "-c", _AFTER_TF_SCRIPT, json.dumps(cases),
+       world["model_dir"], _cli_util.REPO], cwd=world["base"], env=env,
+      capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  out = json.loads([l for l in proc.stdout.splitlines()
+                    if l.startswith("JSON")][-1][4:])
+  out["before"] = before
+  return out
+
+
+@pytest.mark.parametrize("name", sorted(AFTER_TF))
+def test_bad_input_after_tensorflow(after_tf, name):
+  command, _, words = AFTER_TF[name]
+  result = after_tf[name]
+  lines = [l for l in result["stderr"].splitlines() if not l.startswith("[")]
+  assert result["code"] == 2, result["stderr"][-2000:]
+  assert len(lines) == 1, result["stderr"][-2000:]
+  for word in words:
+    assert word in lines[0], lines[0]
+  if command != "tpu":
+    assert lines[0].startswith("mtf_th %s: error: " % command), lines[0]
+  assert result["stdout"] == ""
+  assert result["snapshot"] == after_tf["before"]
+
+
+def test_task_names_match_seqios_registry(after_tf):
+  """data/task_names.py (what prechecks.task reads without TensorFlow) lists
+  exactly what the real import registers, so the two cannot drift."""
+  ours, t5_names = prechecks.task_names()
+  registered = set(after_tf["registry"]) - {"my_mixture"}
+  missing = sorted(registered - set(ours) - set(t5_names))
+  stale = sorted(set(ours + t5_names) - registered)
+  assert not missing, (
+      "registered but not in mtf_talking_heads/data/task_names.py (add them "
+      "to THIS_PACKAGE, or T5 after a t5 upgrade): %s" % missing)
+  assert not stale, ("in mtf_talking_heads/data/task_names.py but no longer "
+                     "registered (remove them): %s" % stale)
+  assert len(set(ours)) == len(ours) and len(set(t5_names)) == len(t5_names)
 
 
 def test_tpu_name_is_left_to_tensorflow_where_it_may_resolve(monkeypatch):

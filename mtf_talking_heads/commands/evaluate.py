@@ -21,6 +21,7 @@ single step of --checkpoint_steps.
 import sys
 
 from mtf_talking_heads import commands
+from mtf_talking_heads.commands import prechecks
 from mtf_talking_heads.commands import train as train_command
 
 PROG = "mtf_th eval"
@@ -74,9 +75,6 @@ def main(argv=None):
       raise training.ConfigError(str(e))
     if args.metrics:
       return _metrics(args, training, steps)
-    if args.task or args.max_eval_examples or args.data_dir:
-      raise training.ConfigError("--task, --max_eval_examples and "
-                                 "--data_dir go with --metrics")
     results = training.evaluate(args.model_dir, args.gin_file, args.gin_param,
                                 checkpoint_steps=steps, tpu=args.tpu,
                                 tpu_zone=args.tpu_zone,
@@ -88,11 +86,15 @@ def main(argv=None):
     return 0
 
   def precheck(args):
-    # --task is checked in body (tfds_data.get_provider), after TensorFlow:
-    # the task names live in seqio's registry, which t5.data, our tasks
-    # module and any --module_import fill when imported, and seqio and
-    # those modules import TensorFlow themselves.
+    # --task against the names this package and t5 register
+    # (data/task_names.py); with --module_import, in body after the
+    # user's modules registered theirs (tfds_data.get_provider).
     parse_steps(args.checkpoint_steps)
+    if args.metrics:
+      prechecks.task(args.task, "--task", args.module_import)
+    elif args.task or args.max_eval_examples or args.data_dir:
+      raise commands.UsageError("--task, --max_eval_examples and --data_dir "
+                                "go with --metrics")
     train_command.check_common(
         args, writes=False,
         purpose=("downstream_results.csv" if args.metrics else

@@ -7,8 +7,10 @@ commands.UsageError with a message that names the flag and the fix.
 Imports only the standard library (and gin_paths / dir_lock, which do too).
 """
 import ast
+import difflib
 import os
 import re
+import runpy
 import socket
 import sys
 import threading
@@ -199,6 +201,42 @@ def tpu(name, zone=None, project=None, lookup_secs=1.0):
         "with network access and give --tpu_zone and --gcp_project, or give "
         "the TPU's address as --tpu grpc://IP:8470"
         % (name, host, failed[0].strerror or failed[0]))
+
+
+def task_names():
+  """The task and mixture names this package and t5 register, read from
+  data/task_names.py by path (importing mtf_talking_heads.data would load
+  TensorFlow).
+
+  Returns:
+    (this package's names, t5's names), two tuples.
+  """
+  path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+      __file__))), "data", "task_names.py")
+  names = runpy.run_path(path)
+  return names["THIS_PACKAGE"], names["T5"]
+
+
+def task(name, flag="--task", module_imports=()):
+  """A seqio task or mixture name, refused with a did-you-mean when neither
+  this package nor t5 registers it.  With --module_import the user's
+  modules may register more: then the name is checked after their import
+  (training/tfds_data.get_provider).
+
+  Raises:
+    commands.UsageError: one line naming the flag and close names.
+  """
+  if not name or module_imports:
+    return
+  ours, t5_names = task_names()
+  if name in ours or name in t5_names:
+    return
+  close = difflib.get_close_matches(name, ours + t5_names, n=3)
+  raise commands.UsageError(
+      "%s %r is not a registered task or mixture; %s (a task of your own: "
+      "give the module that registers it with --module_import)" % (
+          flag, name, ("did you mean %s?" % " or ".join(close)) if close
+          else "this package registers %s" % ", ".join(sorted(ours))))
 
 
 def _macros_by_file(path, gin_dir):
