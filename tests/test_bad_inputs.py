@@ -1,18 +1,23 @@
-"""Bad inputs of issue 20, each through the real `mtf_th` command line.
+"""Bad inputs of issues 20 and 8, each through the real `mtf_th` command line.
 
 Every case asserts the exit status, that stderr is one line, the key words
 of that line, and that the shared trained model_dir (one tiny T5 trained
 once for the module) keeps its files and their mtimes.  The cases marked
 no_tf must be refused before TensorFlow is imported (checked in the child
-process, not timed).  The layout-typo cases are tests/test_layout_refusals.py's.
-Ctrl-C during `mtf_th sweep` and `mtf_th demo` is tested with SIGINT sent
-to the real processes once their child run has logged a training step
-(slow: ~25 s each).
+process) and within REFUSAL_CPU_SECS of the child's CPU time (user + sys:
+what an idle machine's wall time is, whatever the load of the test run).
+The cases that need TensorFlow (AFTER_TF: gin's parse, the checkpoint's
+shapes, launch/tpu.py's pre-flight, a --module_import's tasks) run in one
+subprocess that calls each command's main().  The layout-typo cases are
+tests/test_layout_refusals.py's.  Ctrl-C during `mtf_th sweep` and
+`mtf_th demo` is tested with SIGINT sent to the real processes while
+their child run is under way (slow).
 """
 import glob
 import json
 import os
 import shutil
+import resource
 import signal
 import subprocess
 import sys
@@ -26,6 +31,8 @@ from mtf_talking_heads.sweep import run as run_lib
 
 T5 = ["--gin_file", "experiments/t5_heads/07_talking_heads_24_32.gin",
       "--gin_file", "models/t5_tiny.gin"]
+# The refusals before TensorFlow: ~0.1 s of CPU (0.2-0.7 s wall under load).
+REFUSAL_CPU_SECS = 2.0
 SMALL = ["--gin_param", "num_layers = 1", "--gin_param", "d_model = 32",
          "--gin_param", "d_ff = 64"]
 
@@ -134,6 +141,16 @@ CASES = {
     "eval_task_without_metrics": (
         ["eval", "--task", "th_finetune_embedded", "--model_dir",
          "{model_dir}"], {}, 2, ["--task", "go with --metrics"], True, False),
+    "eval_forward_pass_exceeds_ram": (  # the model's operative config
+        ["eval", "--model_dir", "{model_dir}", "--gin_param",
+         "batch_size = 1000000"], {}, 2,
+        ["predicted", "per device for eval's forward pass", "batch_size "
+         "1000000", "GiB of RAM", "lower batch_size"], True, False),
+    "decode_forward_pass_exceeds_ram": (
+        ["decode", "--model_dir", "{model_dir}", "--gin_param",
+         "batch_size = 1000000"] + T5 + SMALL, {}, 2,
+        ["predicted", "per device for decode's forward pass",
+         "batch_size 1000000", "GiB of RAM"], True, False),
     "module_import_missing": (  # issue 8: mtf_th's --module_import
         ["train", "--model_dir", "{model_dir}", "--module_import",
          "no_such_module_xyz"] + T5, {}, 2,
@@ -185,7 +202,10 @@ def test_bad_input(world, name):
   argv = [a.format(**world) for a in argv]
   env = {k: v.format(**world) for k, v in env.items()}
   before = _snapshot(world["model_dir"])
+  start = resource.getrusage(resource.RUSAGE_CHILDREN)
   result = _cli_util.run(argv, extra_env=env, cwd=world["base"])
+  end = resource.getrusage(resource.RUSAGE_CHILDREN)
+  cpu = (end.ru_utime + end.ru_stime) - (start.ru_utime + start.ru_stime)
   lines = result.stderr.splitlines()
   if not no_tf:  # after TensorFlow: the announce and model-size lines
     lines = [l for l in lines if not l.startswith("[")]
@@ -196,6 +216,7 @@ def test_bad_input(world, name):
   assert lines[0].startswith("mtf_th %s: error: " % argv[0]), lines[0]
   if no_tf:
     assert result.tensorflow is False
+    assert cpu < REFUSAL_CPU_SECS, cpu
   assert _snapshot(world["model_dir"]) == before
 
 
@@ -396,6 +417,31 @@ def test_base_model_on_cpu_is_refused_before_the_graph(tmp_path):
   assert not os.path.exists(str(tmp_path / "base"))
 
 
+def test_eval_and_decode_memory_is_one_forward_pass():
+  """memory.predict_forward: weights and one forward pass's live tensors,
+  not a training step's (which would refuse evals that fit)."""
+  from mtf_talking_heads import memory  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
+  att = perf.make_attention("talking_heads", 4, 16, heads_k=4, heads_v=4)
+  lm = perf.make_model("lm", 2, 32, 64, 128, 8, 32, 32, dec_self=att,
+                       relative_bias=False)
+  forward = memory.predict_forward(lm, "batch:1", "mtf_th_float32")
+  # the attention layer: 3 X + Q, K, V, O and two n x m x heads tensors
+  assert forward["activations"] == 4 * (
+      8 * 32 * (3 * 32 + 4 * 4 * 16) + 2 * 8 * 32 * 32 * 4)
+  assert forward["weights"] == memory.predict(lm, "batch:1",
+                                              "mtf_th_float32")["weights"]
+  # the base T5 of the scale-file-first mistake: training needs ~204 GiB
+  # per device (refused above), its eval ~8.1 GiB (fits 24 GiB of RAM)
+  base = perf.model_from_gin(
+      ["experiments/t5_heads/07_talking_heads_24_32.gin"])
+  gib = memory.predict_forward(base, "model:1",
+                               "mtf_th_float32")["total"] / memory.GiB
+  assert 8.0 < gib < 8.3, gib
+  assert memory.predict(base, "model:1", "mtf_th_float32")["total"] > (
+      20 * gib * memory.GiB)
+
+
 def test_sweep_progress_lines_have_the_runs_eta(tmp_path, monkeypatch):
   """A line per new evaluation and one per PROGRESS_EVERY_SECS, from a real
   child process writing the run's CSV files as `mtf_th train` does."""
@@ -444,44 +490,54 @@ def test_sweep_progress_lines_have_the_runs_eta(tmp_path, monkeypatch):
                    "run's training"]
 
 
-# Ctrl-C tests: runs far too long to finish (tiny steps), interrupted once
-# the child `mtf_th train` has logged a step, so SIGINT always lands mid-run.
+# Ctrl-C tests: runs far too long to finish (tiny steps).  The sweep is
+# interrupted once its child `mtf_th train` has saved checkpoint 0 (mid-run:
+# training under way); the demo, which runs the same
+# sweep code, as soon as its child run holds the run's lock (TensorFlow
+# loaded, the graph being built: ~35 s sooner), which is where a Ctrl-C
+# lands when it comes early.
 LONG = ["--scale", "tiny", "--train_steps", "100000"]
 
 
-def _logged_a_step(model_dir):
-  """True once <model_dir>/train_log.csv has a row (training under way)."""
-  try:
-    with open(os.path.join(model_dir, "train_log.csv")) as f:
-      return len(f.read().splitlines()) >= 2
-  except FileNotFoundError:
-    return False
+def _saved_a_checkpoint(model_dir):
+  """True once <model_dir>/checkpoint lists checkpoint 0 (written after its
+  data and index): training under way."""
+  return os.path.exists(os.path.join(model_dir, "checkpoint"))
 
 
-def _ctrl_c(argv, cwd, model_dir):
-  """Starts `mtf_th ARGV`, SIGINT once `model_dir` logged a step; stderr."""
+def _holds_the_lock(model_dir):
+  """True once the run's `mtf_th train` holds <model_dir>/mtf_th.lock."""
+  return os.path.exists(os.path.join(model_dir, "mtf_th.lock"))
+
+
+def _ctrl_c(argv, cwd, ready):
+  """Starts `mtf_th ARGV`, SIGINT once ready(); its stderr."""
   proc = _cli_util.start(argv, cwd=cwd)
-  _cli_util.wait_until(lambda: _logged_a_step(model_dir), proc, timeout=900)
+  _cli_util.wait_until(ready, proc, timeout=900, poll_secs=0.1)
   proc.send_signal(signal.SIGINT)
   _, err = proc.communicate(timeout=300)
   assert proc.returncode == 130, err
   return err
 
 
-def _assert_nothing_half_written(output_dir, model_dir):
+def _assert_nothing_half_written(output_dir, model_dir, mid_run):
   """The interrupted run: its own Ctrl-C line, whole CSV rows, every
-  checkpoint the `checkpoint` file lists complete, no temporary or lock
-  file, and no run recorded in results.csv."""
+  checkpoint the `checkpoint` file lists complete (and, `mid_run`, at least
+  one), no temporary or lock file, and no run recorded in results.csv."""
   with open(os.path.join(model_dir, "sweep.log")) as f:
     assert "mtf_th train: interrupted" in f.read()
-  with open(os.path.join(model_dir, "train_log.csv")) as f:
-    text = f.read()
-  assert text.endswith("\n")
-  assert all(len(l.split(",")) == 4 for l in text.splitlines())
-  with open(os.path.join(model_dir, "checkpoint")) as f:
-    prefixes = [l.split('"')[1] for l in f.read().splitlines()
-                if l.startswith("all_model_checkpoint_paths")]
-  assert prefixes
+  log = os.path.join(model_dir, "train_log.csv")
+  if mid_run or os.path.exists(log):
+    with open(log) as f:
+      text = f.read()
+    assert text.endswith("\n")
+    assert all(len(l.split(",")) == 4 for l in text.splitlines())
+  prefixes = []
+  if mid_run or os.path.exists(os.path.join(model_dir, "checkpoint")):
+    with open(os.path.join(model_dir, "checkpoint")) as f:
+      prefixes = [l.split('"')[1] for l in f.read().splitlines()
+                  if l.startswith("all_model_checkpoint_paths")]
+  assert prefixes or not mid_run
   for prefix in prefixes:
     path = os.path.join(model_dir, prefix)
     assert os.path.exists(path + ".index"), path
@@ -503,13 +559,13 @@ def test_ctrl_c_in_sweep_is_one_line_and_130(tmp_path):
   argv = ["sweep", "--paper_table", "lm_heads", "--rows", "5"] + LONG + [
       "--eval_steps", "50000,100000", "--output_dir", out_dir]
   model_dir = os.path.join(out_dir, "runs", "05_talking_heads_4_32", "seed_1")
-  err = _ctrl_c(argv, str(tmp_path), model_dir)
+  err = _ctrl_c(argv, str(tmp_path), lambda: _saved_a_checkpoint(model_dir))
   lines = err.splitlines()
   assert len(lines) == 1, err
   assert lines[0].startswith("mtf_th sweep: interrupted; 0 of 1 runs are "
                              "recorded in ")
   assert lines[0].endswith("resume with: mtf_th " + " ".join(argv))
-  _assert_nothing_half_written(out_dir, model_dir)
+  _assert_nothing_half_written(out_dir, model_dir, mid_run=True)
 
 
 @pytest.mark.slow
@@ -517,10 +573,10 @@ def test_ctrl_c_in_demo_is_one_line_and_130(tmp_path):
   out_dir = str(tmp_path / "demo")
   argv = ["demo"] + LONG + ["--eval_every", "50000", "--output_dir", out_dir]
   model_dir = os.path.join(out_dir, "runs", "02_multi_head_8_16", "seed_1")
-  err = _ctrl_c(argv, str(tmp_path), model_dir)
+  err = _ctrl_c(argv, str(tmp_path), lambda: _holds_the_lock(model_dir))
   *progress, last = err.splitlines()  # the demo's progress, then Ctrl-C's
   assert progress[0].startswith("[demo] "), err
   assert not any("Traceback" in l or "error" in l for l in progress), err
   assert last.startswith("mtf_th demo: interrupted; 0 of 2 runs finished")
   assert last.endswith("resume with: mtf_th " + " ".join(argv))
-  _assert_nothing_half_written(out_dir, model_dir)
+  _assert_nothing_half_written(out_dir, model_dir, mid_run=False)

@@ -99,6 +99,9 @@ def main(argv=None):
         args, writes=False,
         purpose=("downstream_results.csv" if args.metrics else
                  "eval_results.csv and the eval events"))
+    if not args.tpu and not args.cluster:  # as train's memory_check
+      prechecks.forward_memory(args.model_dir, args.gin_file, args.gin_param,
+                               "eval")
 
   return train_command.run_command(PROG, parser, argv, body, precheck)
 

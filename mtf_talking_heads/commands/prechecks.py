@@ -203,6 +203,52 @@ def tpu(name, zone=None, project=None, lookup_secs=1.0):
         % (name, host, failed[0].strerror or failed[0]))
 
 
+def forward_memory(model_dir, gin_files, gin_params, what):
+  """Refuses an eval or decode on this machine's CPU whose forward pass is
+  predicted not to fit in its RAM (memory.predict_forward per logical
+  device, the mesh's devices sharing the RAM, planner.DEFAULT_MARGIN left
+  free), before TensorFlow is imported.  Reads the gin files, else
+  <model_dir>/operative_config.gin; a configuration perf.py cannot read is
+  left to the command (as fit_check does for train).
+
+  Args:
+    what: "eval" or "decode", for the message.
+  Raises:
+    commands.UsageError: one line with both sizes and what to lower.
+  """
+  from mtf_talking_heads import gin_paths  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import memory  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
+  files = list(gin_files) or [os.path.join(model_dir, "operative_config.gin")]
+  try:
+    config = gin_text.GinConfig(files, gin_params, gin_paths.gin_dir())
+    # an operative config keeps only the macros the model used
+    extra = [] if "dynamic" in config else ["dynamic = None"]
+    model = perf.model_from_gin(files, list(gin_params) + extra)
+    mesh_shape = config.get("mesh_shape", "model:1")
+    mesh = perf.parse_mesh(mesh_shape)
+    total = memory.predict_forward(model, mesh_shape, "mtf_th_float32",
+                                   config.get("layout", None))["total"]
+  except (OSError, ValueError, TypeError, KeyError):
+    return
+  devices = mesh["batch"] * mesh["model"]
+  usable = planner.usable_bytes("cpu", devices)
+  if total <= usable:
+    return
+  raise commands.UsageError(
+      "predicted %.2f GiB per device for %s's forward pass (batch_size %d, "
+      "mesh %s, %d device%s) but this machine's %.1f GiB of RAM leaves %.2f "
+      "GiB usable per device (%d%% left free): lower batch_size or the "
+      "lengths with --gin_param, or give the gin files the model was "
+      "trained with" % (
+          total / memory.GiB, what, model.batch, mesh_shape, devices,
+          "" if devices == 1 else "s", memory.device_memory("cpu") /
+          memory.GiB, usable / memory.GiB,
+          round(100 * planner.DEFAULT_MARGIN)))
+
+
 def task_names():
   """The task and mixture names this package and t5 register, read from
   data/task_names.py by path (importing mtf_talking_heads.data would load
