@@ -260,12 +260,26 @@ AFTER_TF = {
     "issue8_tpu_missing_experiment": (
         "tpu", TPU + ["--experiment", "experiments/t5_heads/99_no.gin",
                       "--accelerator", "v3-8"], ["99_no.gin", "no such file"]),
+    # the scale-file-last mistake's model (base T5) cannot fit in RAM:
+    # memory.py's prediction (fit_check.cpu_refusal) before the graph
+    "base_model_exceeds_ram": (
+        "train", ["--model_dir", "{base}/base", "--gin_file",
+                  "experiments/t5_heads/07_talking_heads_24_32.gin"],
+        ["mtf_th train: error: predicted 203.92 GiB per device for mesh "
+         "model:1 (1 device)", "models/t5_tiny.gin) as the LAST --gin_file"]),
     # a --module_import registers more tasks: --task is then checked after
     # the import (tfds_data.get_provider), with the user's names
     "eval_metrics_task_of_a_module_import": (
         "eval", ["--metrics", "--task", "my_mixtur", "--module_import",
                  "my_tasks", "--model_dir", "{model_dir}"],
         ["--task 'my_mixtur'", "did you mean my_mixture"]),
+}
+
+# Run after AFTER_TF (they may touch the model_dir): name -> (command, argv)
+AFTER_TF_LAST = {
+    # train of a run already at its last step: its first lines
+    "model_size": ("train", ["--model_dir", "{model_dir}", "--train_steps",
+                             "1"] + T5 + SMALL),
 }
 
 _AFTER_TF_SCRIPT = r"""
@@ -290,7 +304,7 @@ def snapshot(path):
 
 
 out = {}
-for name, (command, argv) in sorted(cases.items()):
+for name, command, argv in cases:
   err, std = io.StringIO(), io.StringIO()
   with contextlib.redirect_stderr(err), contextlib.redirect_stdout(std):
     try:
@@ -320,8 +334,11 @@ def after_tf(world):
   os.makedirs(modules, exist_ok=True)
   with open(os.path.join(modules, "my_tasks.py"), "w") as f:
     f.write(MY_TASKS)
-  cases = {name: (command, [a.format(**world) for a in argv])
-           for name, (command, argv, _) in AFTER_TF.items()}
+  cases = [(name, command, [a.format(**world) for a in argv])
+           for name, (command, argv) in sorted(
+               (n, c[:2]) for n, c in AFTER_TF.items())]
+  cases += [(name, command, [a.format(**world) for a in argv])
+            for name, (command, argv) in AFTER_TF_LAST.items()]
   before = _snapshot(world["model_dir"])
   env = _cli_util.env({"PYTHONPATH": os.pathsep.join(
       [_cli_util.REPO, modules])})
@@ -366,6 +383,19 @@ def test_task_names_match_seqios_registry(after_tf):
   assert len(set(ours)) == len(ours) and len(set(t5_names)) == len(t5_names)
 
 
+def test_task_is_left_to_the_registry_when_gin_imports_a_module(tmp_path):
+  """A gin file's `import my_tasks` may register tasks, as --module_import
+  does: prechecks.task then leaves the name to seqio's registry."""
+  plain, importing = tmp_path / "plain.gin", tmp_path / "importing.gin"
+  plain.write_text("import mtf_talking_heads.data\nd_model = 8\n")
+  importing.write_text("import my_tasks\nd_model = 8\n")
+  with pytest.raises(prechecks.commands.UsageError, match="my_task"):
+    prechecks.task("my_task", [str(plain)])
+  prechecks.task("my_task", [str(importing)])
+  prechecks.task("my_task", [str(plain)], module_imports=["my_tasks"])
+  prechecks.task("th_mlm", [str(plain)])
+
+
 def test_tpu_name_is_left_to_tensorflow_where_it_may_resolve(monkeypatch):
   """prechecks.tpu refuses only a name that needs an unknown metadata host."""
   prechecks.tpu("grpc://10.0.0.2:8470")  # an address: nothing to look up
@@ -390,12 +420,11 @@ def test_comm_names_agree_with_sharding_and_comm():
   assert comm_command.VARIANTS == tuple(comm.VARIANTS)
 
 
-def test_train_prints_the_model_size_first(world):
+def test_train_prints_the_model_size_first(after_tf):
   """The first lines of train (here: a run already at its last step)."""
-  result = _cli_util.run(["train", "--model_dir", world["model_dir"],
-                          "--train_steps", "1"] + T5 + SMALL)
-  assert result.code == 0, result.stderr
-  lines = result.stderr.splitlines()
+  result = after_tf["model_size"]
+  assert result["code"] == 0, result["stderr"][-2000:]
+  lines = result["stderr"].splitlines()
   assert lines[0].startswith("[train] ")
   assert lines[1].startswith("[train] model: bitransformer, ")
   for words in ("parameters", "d_model 32", "1 layers per stack",
@@ -403,18 +432,10 @@ def test_train_prints_the_model_size_first(world):
     assert words in lines[1], lines[1]
 
 
-def test_base_model_on_cpu_is_refused_before_the_graph(tmp_path):
-  """The scale-file-last mistake's model (base T5) cannot fit in RAM:
-  memory.py's prediction (fit_check.cpu_refusal), one line."""
-  result = _cli_util.run(["train", "--model_dir", str(tmp_path / "base"),
-                          "--gin_file",
-                          "experiments/t5_heads/07_talking_heads_24_32.gin"])
-  lines = [l for l in result.stderr.splitlines() if not l.startswith("[")]
-  assert result.code == 2 and len(lines) == 1, result.stderr
-  assert lines[0].startswith("mtf_th train: error: predicted 203.92 GiB per "
-                             "device for mesh model:1 (1 device)")
-  assert "models/t5_tiny.gin) as the LAST --gin_file" in lines[0]
-  assert not os.path.exists(str(tmp_path / "base"))
+def test_base_model_on_cpu_is_refused_before_the_graph(after_tf, world):
+  """base_model_exceeds_ram created nothing."""
+  assert after_tf["base_model_exceeds_ram"]["code"] == 2
+  assert not os.path.exists(os.path.join(world["base"], "base"))
 
 
 def test_eval_and_decode_memory_is_one_forward_pass():

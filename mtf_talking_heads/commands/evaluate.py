@@ -18,6 +18,7 @@ metric_fns, scores them with those (t5's accuracy, SQuAD exact match / F1,
 <model_dir>/downstream_results.csv.  One checkpoint: the latest, or the
 single step of --checkpoint_steps.
 """
+import os
 import sys
 
 from mtf_talking_heads import commands
@@ -86,19 +87,19 @@ def main(argv=None):
     return 0
 
   def precheck(args):
-    # --task against the names this package and t5 register
-    # (data/task_names.py); with --module_import, in body after the
-    # user's modules registered theirs (tfds_data.get_provider).
     parse_steps(args.checkpoint_steps)
-    if args.metrics:
-      prechecks.task(args.task, "--task", args.module_import)
-    elif args.task or args.max_eval_examples or args.data_dir:
+    if not args.metrics and (args.task or args.max_eval_examples or
+                             args.data_dir):
       raise commands.UsageError("--task, --max_eval_examples and --data_dir "
                                 "go with --metrics")
     train_command.check_common(
         args, writes=False,
         purpose=("downstream_results.csv" if args.metrics else
                  "eval_results.csv and the eval events"))
+    if args.metrics:  # this package's and t5's names (data/task_names.py)
+      prechecks.task(args.task, args.gin_file or [os.path.join(
+          args.model_dir, "operative_config.gin")], "--task",
+                     args.module_import)
     if not args.tpu and not args.cluster:  # as train's memory_check
       prechecks.forward_memory(args.model_dir, args.gin_file, args.gin_param,
                                "eval")

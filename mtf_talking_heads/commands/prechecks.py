@@ -263,19 +263,40 @@ def task_names():
   return names["THIS_PACKAGE"], names["T5"]
 
 
-def task(name, flag="--task", module_imports=()):
-  """A seqio task or mixture name, refused with a did-you-mean when neither
-  this package nor t5 registers it.  With --module_import the user's
-  modules may register more: then the name is checked after their import
-  (training/tfds_data.get_provider).
+# Packages whose gin `import`s register no task beyond data/task_names.py.
+KNOWN_IMPORTS = ("mtf_talking_heads", "mesh_tensorflow", "t5", "seqio",
+                 "tensorflow", "gin")
 
+
+def _registers_no_more(gin_files):
+  """True when the gin files import only KNOWN_IMPORTS' modules (a gin
+  `import my_tasks` may register tasks, as --module_import does)."""
+  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
+  try:
+    imports = gin_text.GinConfig(gin_files, (), gin_paths.gin_dir()).imports
+  except (OSError, ValueError):
+    return True  # the command reports a bad gin file itself
+  return all(m.split(".")[0] in KNOWN_IMPORTS for m in imports)
+
+
+def task(name, gin_files=(), flag="--task", module_imports=()):
+  """A seqio task or mixture name, refused with a did-you-mean when neither
+  this package nor t5 registers it.  With --module_import, or a gin file
+  that imports another package, more may be registered: then the name is
+  checked after the imports (training/tfds_data.get_provider).
+
+  Args:
+    name: the flag's value (None: nothing to check).
+    gin_files: the gin files the command reads (for their imports).
+    flag: the flag's name.
+    module_imports: --module_import's modules.
   Raises:
     commands.UsageError: one line naming the flag and close names.
   """
   if not name or module_imports:
     return
   ours, t5_names = task_names()
-  if name in ours or name in t5_names:
+  if name in ours or name in t5_names or not _registers_no_more(gin_files):
     return
   close = difflib.get_close_matches(name, ours + t5_names, n=3)
   raise commands.UsageError(
