@@ -62,12 +62,13 @@ def _make_read_only(path):
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  """A trained tiny model_dir, a file, a read-only copy, a sweep.json."""
+  """A trained tiny model_dir, a file, a read-only copy, a sweep.json, and
+  the outcomes of AFTER_TF (after_tf: one subprocess trains the model_dir,
+  then runs those cases)."""
   base = tmp_path_factory.mktemp("bad_inputs")
   model_dir = str(base / "trained")
-  result = _cli_util.run(["train", "--model_dir", model_dir,
-                          "--train_steps", "1"] + T5 + SMALL, timeout=900)
-  assert result.code == 0, result.stderr
+  outcomes = _train_and_run_after_tf(str(base), model_dir)
+  assert outcomes["trained"]["code"] == 0, outcomes["trained"]["stderr"]
   readonly = str(base / "readonly")
   shutil.copytree(model_dir, readonly)
   os.makedirs(os.path.join(readonly, "empty"))  # an empty read-only cache
@@ -80,7 +81,8 @@ def world(tmp_path_factory):
   shutil.copy(os.path.join(_cli_util.REPO, "sweeps", "lm_heads",
                            "sweep.json"), sweep_dir)
   yield dict(base=str(base), model_dir=model_dir, readonly=readonly,
-             read_only=read_only, file=a_file, sweep=sweep_dir)
+             read_only=read_only, file=a_file, sweep=sweep_dir,
+             after_tf=outcomes)
   if os.getuid() == 0:
     subprocess.run(["chattr", "-R", "-i", readonly], capture_output=True)
   os.chmod(readonly, 0o755)
@@ -220,10 +222,11 @@ def test_bad_input(world, name):
   assert _snapshot(world["model_dir"]) == before
 
 
-# Issue 8's bad inputs that need TensorFlow (gin's parse, the checkpoint's
-# shapes, tpu.py's pre-flight): one subprocess calls each command's main()
-# in-process, in order, and records its status, stderr and the trained
-# model_dir's snapshot after it; then seqio's task and mixture names.
+# Bad inputs that need TensorFlow (gin's parse, the checkpoint's shapes,
+# tpu.py's pre-flight, a --module_import's tasks), issue 8's among them: the
+# subprocess that trains the shared model_dir (world) then calls each
+# command's main() in-process, in order, and records its status, stderr and
+# the model_dir's snapshot after it; then seqio's task and mixture names.
 # name -> (command, argv with {model_dir} {base}, words of the one line)
 TWELVE = ["--gin_param", "heads_k = 12", "--gin_param", "heads = 12",
           "--gin_param", "heads_v = 12"]
@@ -313,6 +316,8 @@ for name, command, argv in cases:
       code = e.code
   out[name] = {"code": code, "stderr": err.getvalue(),
                "stdout": std.getvalue(), "snapshot": snapshot(model_dir)}
+  if name == "trained":
+    out["before"] = snapshot(model_dir)
 import seqio
 out["registry"] = sorted(seqio.TaskRegistry.names()) + sorted(
     seqio.MixtureRegistry.names())
@@ -326,31 +331,41 @@ seqio.MixtureRegistry.add("my_mixture", [("th_mlm", 1.0)])
 """
 
 
-@pytest.fixture(scope="module")
-def after_tf(world):
-  """{case: {code, stderr, stdout, snapshot}, "registry": names, "before":
-  the model_dir's snapshot before the cases}."""
-  modules = os.path.join(world["base"], "modules")
+def _train_and_run_after_tf(base, model_dir):
+  """Trains `model_dir` (`mtf_th train --train_steps 1`, in-process), then
+  runs AFTER_TF and AFTER_TF_LAST, in one subprocess.
+
+  Returns:
+    {case: {code, stderr, stdout, snapshot}, "trained": train's outcome,
+    "before": the model_dir's snapshot after training, "registry": seqio's
+    task and mixture names}.
+  """
+  modules = os.path.join(base, "modules")
   os.makedirs(modules, exist_ok=True)
   with open(os.path.join(modules, "my_tasks.py"), "w") as f:
     f.write(MY_TASKS)
-  cases = [(name, command, [a.format(**world) for a in argv])
-           for name, (command, argv) in sorted(
-               (n, c[:2]) for n, c in AFTER_TF.items())]
-  cases += [(name, command, [a.format(**world) for a in argv])
+  paths = dict(base=base, model_dir=model_dir)
+  cases = [("trained", "train", ["--model_dir", model_dir, "--train_steps",
+                                 "1"] + T5 + SMALL)]
+  cases += [(name, command, [a.format(**paths) for a in argv])
+            for name, (command, argv) in sorted(
+                (n, c[:2]) for n, c in AFTER_TF.items())]
+  cases += [(name, command, [a.format(**paths) for a in argv])
             for name, (command, argv) in AFTER_TF_LAST.items()]
-  before = _snapshot(world["model_dir"])
   env = _cli_util.env({"PYTHONPATH": os.pathsep.join(
       [_cli_util.REPO, modules])})
   proc = subprocess.run(
-      [sys.executable, "-c", _AFTER_TF_SCRIPT, json.dumps(cases),
-       world["model_dir"], _cli_util.REPO], cwd=world["base"], env=env,
-      capture_output=True, text=True, timeout=900)
+      [sys.executable, "-c", _AFTER_TF_SCRIPT, json.dumps(cases), model_dir,
+       _cli_util.REPO], cwd=base, env=env, capture_output=True, text=True,
+      timeout=900)
   assert proc.returncode == 0, proc.stderr[-3000:]
-  out = json.loads([l for l in proc.stdout.splitlines()
-                    if l.startswith("JSON")][-1][4:])
-  out["before"] = before
-  return out
+  return json.loads([l for l in proc.stdout.splitlines()
+                     if l.startswith("JSON")][-1][4:])
+
+
+@pytest.fixture(scope="module")
+def after_tf(world):
+  return world["after_tf"]
 
 
 @pytest.mark.parametrize("name", sorted(AFTER_TF))
