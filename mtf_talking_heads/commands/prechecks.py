@@ -4,7 +4,9 @@ Every `mtf_th` command that builds a graph checks its arguments here first,
 so a bad path or binding is refused in one line (exit status 2) in well
 under a second instead of after TensorFlow's import.  Each function raises
 commands.UsageError with a message that names the flag and the fix.
-Imports only the standard library (and gin_paths / dir_lock, which do too).
+Imports only the standard library (and gin_paths / dir_lock, which do too);
+the checks that read gin files import gin's parser (gin_text) and the
+pure-Python memory model (memory, perf, planner), never TensorFlow.
 """
 import ast
 import difflib
