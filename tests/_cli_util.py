@@ -13,6 +13,10 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MTF_TH = os.path.join(os.path.dirname(sys.executable), "mtf_th")
+# what `mtf_th train` without --verbose must not print (compat.py hides it):
+# TF's CUDA-plugin "E" lines, setuptools' warning, mtf's per-step tf.Print
+NOISE = ("Unable to register cuDNN factory", "pkg_resources is deprecated",
+         "tf_loss")
 
 # argv[1:] are mtf_th's arguments; a line on the pipe MTF_TH_TEST_PROBE_FD
 # says whether TensorFlow was imported (stdout and stderr stay the command's).
