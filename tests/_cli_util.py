@@ -6,6 +6,7 @@ reports whether TensorFlow was imported by the time the command exited: the
 refusals that need no TensorFlow must not load it.
 """
 import collections
+import importlib.util
 import os
 import subprocess
 import sys
@@ -38,6 +39,15 @@ sys.exit(code)
 Result = collections.namedtuple("Result", ["code", "stdout", "stderr",
                                            "tensorflow"])
 
+
+
+def load_script(path, name):
+  """Imports a script of this checkout (e.g. launch/tpu.py) as module `name`,
+  so a test calls its main(argv) in-process instead of starting Python."""
+  spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, path))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 def env(extra=None):
   out = dict(os.environ)

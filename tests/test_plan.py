@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+import _cli_util
+
 from mtf_talking_heads import memory
 from mtf_talking_heads import perf
 from mtf_talking_heads import planner
@@ -167,13 +169,8 @@ def test_plan_imports_no_tensorflow(tmp_path):
 # Pre-flight (fit_check): launch/tpu.py's warning, mtf_th train's refusal.
 
 def _launch():
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  spec = importlib.util.spec_from_file_location(
-      "launch_tpu_plan", os.path.join(os.path.dirname(os.path.dirname(
-          os.path.abspath(__file__))), "launch", "tpu.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return _cli_util.load_script(os.path.join("launch", "tpu.py"),
+                               "launch_tpu_plan")
 
 
 def _launch_argv(accelerator, parallelism):
