@@ -1033,8 +1033,9 @@ class Auto(Strategy):
     # the mesh implementation lowers with (an mtf.LayoutRules)
     ruled = self.with_rule(mesh)
     can_add = isinstance(layout, mtf.LayoutRules) and ruled is not mesh
-    vocab = getattr(getattr(context.model, "output_vocab_dim", None), "size",
-                    None)
+    vocab = getattr(getattr(context.model, "output_vocab_dim", None) or
+                    getattr(context.model, "input_vocab_dim", None), "size",
+                    None)  # an encoder's stack has no output vocabulary
     model = planner.model_from_live_gin(vocab, batch) if vocab else None
     strategy, predicted, table = self.choose(
         layer.dims, ruled if can_add else mesh, batch, length,

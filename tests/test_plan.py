@@ -187,7 +187,10 @@ def test_launch_warns_when_the_slice_is_too_small(capsys):
   tpu = _launch()
   # batch 128 data parallel on a v2-8: 16 sequences per 8 GiB core
   assert tpu.main(_launch_argv("v2-8", "batch")) == 0
-  err = capsys.readouterr().err.splitlines()
+  out, err = capsys.readouterr()
+  err = err.splitlines()
+  # train on the slice: Auto predicts for its TPU, not the CPU default
+  assert '--gin_param=mtf_th.Auto.hardware = "tpu_v2"' in out.splitlines()[3]
   warnings = [l for l in err if "warning" in l]
   assert warnings == [
       "launch/tpu.py: warning: predicted 22.96 GiB per device for mesh "
