@@ -191,7 +191,7 @@ def pick(priced, usable):
     usable: bytes of one device a step may use (usable_bytes).
   Returns:
     (the chosen Priced, True if it fits).  A candidate whose memory is
-    None counts as fitting.
+    None counts as fitting.  Ties: the faster, then the earlier.
 
   Example (bytes and time disagree, the slower one does not fit):
     pick([Priced("a", 1.0, 9e9), Priced("b", 2.0, 5e9)], 8e9)
@@ -202,7 +202,8 @@ def pick(priced, usable):
   fitting = [c for c in priced if c.memory is None or c.memory <= usable]
   if fitting:
     return min(fitting, key=lambda c: (c.seconds, priced.index(c))), True
-  return min(priced, key=lambda c: (c.memory, priced.index(c))), False
+  return min(priced, key=lambda c: (c.memory, c.seconds,
+                                    priced.index(c))), False
 
 
 def price_layer(rings, att, d_model, n, m, b, p, hardware, impl=None,

@@ -926,6 +926,7 @@ class Auto(Strategy):
     self.hardware = hardware or "cpu"
     self.picked = None  # the name of the strategy last run
     self.note = None  # the line saying nothing fits, if nothing did
+    self.priced = None  # [planner.Priced] of the last choice (None: one)
 
   def layout_rules(self):
     return [(self.shard_dim, self.mesh_axis)]
@@ -988,8 +989,8 @@ class Auto(Strategy):
 
   def _pick(self, dims, mesh, batch, length, d_model, dynamic, memory_length,
             rings, model, layer_class):
-    """planner.pick over planner.price_layer; sets self.note."""
-    self.note = None
+    """planner.pick over planner.price_layer; sets note and priced."""
+    self.note = self.priced = None
     if len(rings) == 1:
       return next(iter(rings))
     batch_axis = mesh.axis_of(BATCH)
@@ -1010,6 +1011,7 @@ class Auto(Strategy):
         model=model, mesh_shape=shape, layout=rules)
     usable = planner.usable_bytes(self.hardware, groups * p)
     best, fits = planner.pick(priced, usable)
+    self.priced = priced
     if not fits:
       self.note = (
           "mtf_th.Auto: no strategy is predicted to fit %s (%.2f GiB usable "
@@ -1045,6 +1047,9 @@ class Auto(Strategy):
              else [])
     line = describe_choice(type(layer).__name__, mesh, batch, length,
                            strategy.name, predicted, table, memory_length)
+    if predicted > min(v for v in table.values() if not isinstance(v, str)):
+      line += "; the fastest predicted on %s%s" % (
+          self.hardware, " that fits" if model is not None else "")
     if added:
       line += "; added %s to the layout" % ";".join("%s:%s" % r for r in added)
     self.picked = strategy.name
