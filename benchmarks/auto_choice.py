@@ -13,6 +13,7 @@ placement whose pick differs and a count.  TensorFlow is not imported:
 Auto's candidates are priced with prices.predict on the heads-parallel
 layout plus core_shard:model, the layout Auto prices with.
 """
+import argparse
 import sys
 
 from mtf_talking_heads import gin_paths
@@ -45,8 +46,10 @@ def picks(model, att, n, m, groups, p, hardware):
   return by_bytes, best.name, fits
 
 
-def main():
+def main(argv=None):
   import os  # pylint: disable=g-import-not-at-top
+  argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(
+      argv)
   root = os.path.join(gin_paths.gin_dir(), "experiments")
   total = changed = 0
   for table in sorted(d for d in os.listdir(root)

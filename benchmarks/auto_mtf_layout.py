@@ -1,12 +1,12 @@
 """auto_mtf.layout_and_mesh_shape's choice vs mtf_th plan's, on the paper's rows.
 
-  PYTHONPATH=$PWD:/work/cache/ortools nice -n 19 .venv/bin/python \\
-      benchmarks/auto_mtf_layout.py --csv /work/cache/auto_mtf_layout.csv
+  nice -n 19 .venv/bin/python benchmarks/auto_mtf_layout.py \\
+      --ortools /work/cache/ortools --csv /work/cache/auto_mtf_layout.csv
 
 Needs ortools (auto_mtf's CP-SAT layout optimizer), which the pinned stack
 does not install; ortools 9.7.2996 installs beside it without changing any
 pin (`pip install --no-deps --target /work/cache/ortools ortools==9.7.2996`,
-then put that directory on PYTHONPATH; docs/costs.md says why it is not in
+then give that directory as --ortools; docs/costs.md says why it is not in
 requirements.lock).
 
 For each row of ROWS (the paper's T5 Table 1 and its 768-head BERT row, as
@@ -87,7 +87,17 @@ def append_row(path, values):
 
 
 def gin_files(row):
-  return ["experiments/%s.gin" % row]
+  return ["experiments/%s.gin" % row.split(" [")[0]]
+
+
+def gin_params(row):
+  """The bindings a case name carries: "ROW [a = 1; b = 2]" (a smaller
+  model than the paper's, to check the benchmark itself)."""
+  return row.split(" [")[1][:-1].split("; ") if " [" in row else []
+
+
+def case_name(row, params):
+  return "%s [%s]" % (row, "; ".join(params)) if params else row
 
 
 class StepGraph(object):
@@ -103,10 +113,11 @@ class StepGraph(object):
     from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
     from mtf_talking_heads.training import model_size  # pylint: disable=g-import-not-at-top
     from mtf_talking_heads.training import settings as settings_lib  # pylint: disable=g-import-not-at-top
-    settings_lib.parse_gin(gin_files(row), BUILD_PARAMS)
+    settings_lib.parse_gin(gin_files(row),
+                           list(BUILD_PARAMS) + gin_params(row))
     settings = settings_lib.Settings()
     self.vocab = settings_lib.vocab_size()
-    self.optimizer = perf.model_from_gin(gin_files(row),
+    self.optimizer = perf.model_from_gin(gin_files(row), gin_params(row),
                                          vocab=self.vocab).optimizer
     model = model_size.build_model(settings, settings.layout,
                                    settings.mesh_shape)
@@ -260,7 +271,8 @@ def case_row(row, devices, graph, search, build_s, time_limit):
   start, search.statuses = time.time(), []
   layout, mesh, estimate = search.run(devices)
   search_s = time.time() - start
-  model = perf.model_from_gin(gin_files(row), vocab=graph.vocab)
+  model = perf.model_from_gin(gin_files(row), gin_params(row),
+                              vocab=graph.vocab)
   usable = planner.usable_bytes(HARDWARE, devices)
   auto = planner_mesh(layout, mesh)
   if auto is None:
@@ -293,16 +305,25 @@ def main(argv=None):
                       "already there are skipped")
   parser.add_argument("--devices", type=int, action="append",
                       help="device counts (powers of two; default 8 and 32)")
+  parser.add_argument("--gin_param", action="append", default=[],
+                      metavar="BINDING", help="a binding for every row, e.g. "
+                      "\"num_layers = 1\" (the case is named ROW [BINDING])")
+  parser.add_argument("--ortools", metavar="DIR",
+                      help="a directory holding ortools (pip --target), put "
+                      "first on sys.path")
   parser.add_argument("--time_limit", type=float, default=TIME_LIMIT,
                       metavar="S", help="CP-SAT seconds per mesh shape "
                       "(default %g)" % TIME_LIMIT)
   args = parser.parse_args(argv)
+  if args.ortools:
+    sys.path.insert(0, args.ortools)
   for row in args.rows:
     if row not in ROWS:
       parser.error("unknown row %r; choose from %s" % (row, ", ".join(ROWS)))
   devices = tuple(args.devices or DEVICES)
   done = done_cases(args.csv)
   for row in args.rows or ROWS:
+    row = case_name(row, args.gin_param)
     todo = [d for d in devices if (row, d) not in done]
     if not todo:
       continue
