@@ -295,6 +295,27 @@ def case_row(row, devices, graph, search, build_s, time_limit):
           "/".join(statuses))
 
 
+def print_table(path, rows, devices):
+  """The CSV's cases (columns auto_* and plan_*) as markdown, then the
+  cases of rows x devices not in it."""
+  from mtf_talking_heads import commands  # pylint: disable=g-import-not-at-top
+  shown = COLUMNS[:13] + ("search_s", "solver_status")
+  cells = []
+  if os.path.exists(path):
+    with open(path) as f:
+      cells = [[r[c] for c in shown] for r in csv.DictReader(f)]
+  sys.stdout.write(commands.format_table(shown, cells, "md", text_columns=(
+      "row", "auto_mesh", "auto_layout", "plan_mesh", "plan_strategy",
+      "solver_status")))
+  done = done_cases(path)
+  pending = ["%s at %d" % (r, d) for r in rows for d in devices
+             if (r, d) not in done]
+  print("\n%d of %d cases measured; pending: %s" % (
+      len(rows) * len(devices) - len(pending), len(rows) * len(devices),
+      ", ".join(pending) or "none"))
+  return 0
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("rows", nargs="*", metavar="ROW",
@@ -308,6 +329,9 @@ def main(argv=None):
   parser.add_argument("--gin_param", action="append", default=[],
                       metavar="BINDING", help="a binding for every row, e.g. "
                       "\"num_layers = 1\" (the case is named ROW [BINDING])")
+  parser.add_argument("--table", action="store_true",
+                      help="print the CSV's cases as a markdown table and "
+                      "name the pending ones; run nothing")
   parser.add_argument("--ortools", metavar="DIR",
                       help="a directory holding ortools (pip --target), put "
                       "first on sys.path")
@@ -321,6 +345,9 @@ def main(argv=None):
     if row not in ROWS:
       parser.error("unknown row %r; choose from %s" % (row, ", ".join(ROWS)))
   devices = tuple(args.devices or DEVICES)
+  if args.table:
+    return print_table(args.csv, [case_name(r, args.gin_param)
+                                  for r in args.rows or ROWS], devices)
   done = done_cases(args.csv)
   for row in args.rows or ROWS:
     row = case_name(row, args.gin_param)
