@@ -19,8 +19,10 @@ shape of at most two axes it asks its LayoutOptimizer (CP-SAT) for the
 layout minimising its own peak-memory estimate and keeps the smallest.
 Its scheduler's result (which tensors are live at each op) does not depend
 on the mesh, so it is computed once per row, not once per mesh shape; the
-CP-SAT solve runs with --time_limit seconds per mesh shape and one worker
-(the solver_status column says whether every solve proved its optimum).
+CP-SAT solve runs with one worker and a deterministic time limit per mesh
+shape (--time_limit; the solver_status column says whether every solve
+proved its optimum, OPTIMAL, or stopped at the limit, FEASIBLE, or found
+nothing there, UNKNOWN: that mesh shape is then left out).
 
 Each CSV row gives auto_mtf's choice (mesh, layout, its own estimate), the
 same choice priced by memory.py and perf.py (the planner's predictors) on
@@ -53,7 +55,7 @@ HARDWARE = "tpu_v3"
 # for CPU): memory.py's "mtf_th" implementation
 BUILD_PARAMS = ("activation_dtype = 'bfloat16'", "mesh_shape = 'model:1'")
 IMPLEMENTATION = "mtf_th"
-TIME_LIMIT = 120.0
+TIME_LIMIT = 600.0  # CP-SAT deterministic time units per mesh shape
 COLUMNS = ("row", "devices", "auto_mesh", "auto_layout", "auto_estimate_gib",
            "auto_memory_gib", "auto_step_s", "auto_fits", "plan_mesh",
            "plan_strategy", "plan_memory_gib", "plan_step_s", "plan_fits",
@@ -165,7 +167,8 @@ class Search(object):
       """CpSolver with a time limit and one worker; records its status."""
 
       def Solve(self, model, *args, **kwargs):  # pylint: disable=invalid-name
-        self.parameters.max_time_in_seconds = time_limit
+        # deterministic time: the same work whatever else loads the cores
+        self.parameters.max_deterministic_time = time_limit
         self.parameters.num_workers = 1
         status = super().Solve(model, *args, **kwargs)
         search.statuses.append(self.StatusName(status))
@@ -178,6 +181,7 @@ class Search(object):
 
     layout_optimizer.cp_model.CpSolver = LimitedSolver
     self.optimizer_class = Optimizer
+    self.solver_error = layout_optimizer.SolverError
 
   def run(self, devices):
     """(layout string, mtf.Shape, its estimate in bytes) of `devices`."""
@@ -192,7 +196,10 @@ class Search(object):
                                                    self.outputs)
       estimator._graph_interface = self.interface  # pylint: disable=protected-access
       optimizer = self.optimizer_class(estimator)
-      layout = optimizer.solve()
+      try:
+        layout = optimizer.solve()
+      except self.solver_error:  # no layout within the limit (UNKNOWN)
+        continue
       value = optimizer.evaluate_layout(layout)
       if best is None or value < best[2]:
         best = (layout, mesh, value)
@@ -269,30 +276,30 @@ def case_row(row, devices, graph, search, build_s, time_limit):
   from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
   start, search.statuses = time.time(), []
-  layout, mesh, estimate = search.run(devices)
+  found = search.run(devices)
   search_s = time.time() - start
   model = perf.model_from_gin(gin_files(row), gin_params(row),
                               vocab=graph.vocab)
-  usable = planner.usable_bytes(HARDWARE, devices)
-  auto = planner_mesh(layout, mesh)
-  if auto is None:
-    auto_gib = auto_step = auto_fits = "n/a"
-  else:
-    total, step = price(model, *auto)
-    auto_gib, auto_fits = "%.2f" % (total / GiB), (
-        "yes" if total <= usable else "no")
-    auto_step = "n/a" if step is None else "%.4f" % step
+  auto = ("n/a",) * 6  # no mesh shape solved within the limit
+  if found is not None:
+    layout, mesh, estimate = found
+    auto = (";".join("%s:%d" % (d.name, d.size) for d in mesh.dims), layout,
+            "%.2f" % (estimate / GiB), "n/a", "n/a", "n/a")
+    translated = planner_mesh(layout, mesh)
+    if translated is not None:
+      total, step = price(model, *translated)
+      auto = auto[:3] + (
+          "%.2f" % (total / GiB), "n/a" if step is None else "%.4f" % step,
+          "yes" if total <= planner.usable_bytes(HARDWARE, devices)
+          else "no")
   best = planner.plan(model, HARDWARE, devices, IMPLEMENTATION)[0]
-  statuses = sorted(set(search.statuses))
-  return (row, devices, ";".join("%s:%d" % (d.name, d.size)
-                                 for d in mesh.dims), layout,
-          "%.2f" % (estimate / GiB), auto_gib, auto_step, auto_fits,
-          best.mesh_shape, best.strategy + ("+recompute" if best.recompute
-                                            else ""),
-          "%.2f" % (best.memory["total"] / GiB), "%.4f" % best.step_s,
-          "yes" if best.fits else "no", "%.0f" % build_s,
-          "%.0f" % search.schedule_s, "%.0f" % search_s, "%.0f" % time_limit,
-          "/".join(statuses))
+  return (row, devices) + auto + (
+      best.mesh_shape, best.strategy + ("+recompute" if best.recompute
+                                        else ""),
+      "%.2f" % (best.memory["total"] / GiB), "%.4f" % best.step_s,
+      "yes" if best.fits else "no", "%.0f" % build_s,
+      "%.0f" % search.schedule_s, "%.0f" % search_s, "%.0f" % time_limit,
+      "/".join(sorted(set(search.statuses))))
 
 
 def print_table(path, rows, devices):
@@ -336,8 +343,10 @@ def main(argv=None):
                       help="a directory holding ortools (pip --target), put "
                       "first on sys.path")
   parser.add_argument("--time_limit", type=float, default=TIME_LIMIT,
-                      metavar="S", help="CP-SAT seconds per mesh shape "
-                      "(default %g)" % TIME_LIMIT)
+                      metavar="T", help="CP-SAT deterministic time limit "
+                      "per mesh shape (its work units, about seconds of one "
+                      "core; not wall time, which a loaded machine "
+                      "stretches; default %g)" % TIME_LIMIT)
   args = parser.parse_args(argv)
   if args.ortools:
     sys.path.insert(0, args.ortools)
