@@ -1,7 +1,9 @@
 """Which mesh, layout and strategy: memory.py's fit, perf.py's step time.
 
-Pure Python (no TensorFlow): `mtf_th plan` and the pre-flight warnings of
-`mtf_th train` and launch/tpu.py use it.
+Pure Python (no TensorFlow): `mtf_th plan`, the pre-flight checks of
+`mtf_th train` and launch/tpu.py (fit_check.py) and sharding.Auto's choice
+(price_layer and pick, by the same strategy_seconds as plan()'s step time)
+use it.
 
 For N devices, plan() enumerates
 
