@@ -293,6 +293,21 @@ def model_from_live_gin(vocab, batch=None):
   return model if batch is None else model._replace(batch=batch)
 
 
+def model_for_layer(vocab, batch, att, d_model, n):
+  """model_from_live_gin's Model if it holds this layer, else None.
+
+  The layer's attention, d_model and length must be the model's: gin may
+  still hold another configuration than the graph being built (a test
+  building layers by hand after a command parsed a model).
+  """
+  model = model_from_live_gin(vocab, batch)
+  if model is None or model.d_model != d_model or n not in (
+      model.inputs_length, model.targets_length) or all(
+          a != att for _, a, _, _ in attentions(model)):
+    return None
+  return model
+
+
 class _LiveGin(object):
   """gin_text.GinConfig's questions answered by gin's current bindings."""
 

@@ -1038,11 +1038,14 @@ class Auto(Strategy):
     vocab = getattr(getattr(context.model, "output_vocab_dim", None) or
                     getattr(context.model, "input_vocab_dim", None), "size",
                     None)  # an encoder's stack has no output vocabulary
-    model = planner.model_from_live_gin(vocab, batch) if vocab else None
+    d_model, name = context.model.model_dim.size, type(layer).__name__
+    model = vocab and planner.model_for_layer(
+        vocab, batch, planner.attention_of(layer.dims, layer.dynamic, name),
+        d_model, length)
     strategy, predicted, table = self.choose(
-        layer.dims, ruled if can_add else mesh, batch, length,
-        context.model.model_dim.size, layer.dynamic, memory_length,
-        add_rule=False, model=model, layer_class=type(layer).__name__)
+        layer.dims, ruled if can_add else mesh, batch, length, d_model,
+        layer.dynamic, memory_length, add_rule=False, model=model or None,
+        layer_class=name)
     added = (add_layout_rules(layout, strategy.layout_rules()) if can_add
              else [])
     line = describe_choice(type(layer).__name__, mesh, batch, length,

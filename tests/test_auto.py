@@ -247,6 +247,13 @@ def test_auto_reads_the_model_from_the_parsed_gin_files():
     assert planner.model_from_live_gin(32128) == perf.model_from_gin(
         files, ["batch_size = 4"])
     assert planner.model_from_live_gin(32128, batch=2).batch == 2
+    # Auto uses it only for a layer of that model
+    model = planner.model_from_live_gin(32128)
+    att, d, n = model.enc_self, model.d_model, model.inputs_length
+    assert planner.model_for_layer(32128, 4, att, d, n) == model
+    assert planner.model_for_layer(32128, 4, att, d + 1, n) is None
+    assert planner.model_for_layer(32128, 4, att._replace(heads=3), d,
+                                   n) is None
   finally:  # training.parse_gin cleared mtf's defaults: as conftest does
     with gin.unlock_config():
       gin.clear_config()
