@@ -272,7 +272,7 @@ def test_auto_pick_when_time_and_bytes_disagree():
 def test_auto_pick_when_the_fastest_does_not_fit():
   # logits projection 24 x 64, length 2048, batch 2, 25 layers on a v2-8
   # as model:8: query_split is the fastest but keeps K and V whole (7.45
-  # GiB per core, over the 7.20 usable); batch_query_split fits (7.20)
+  # GiB per core, over the 7.20 usable); batch_query_split fits (7.198)
   att = perf.make_attention("project_logits", 24, 64, heads_k=24)
   model = perf.make_model("lm", 25, 768, 3072, 32128, 2, 2048, 2048,
                           dec_self=att, relative_bias=False)
