@@ -49,6 +49,17 @@ def load_script(path, name):
   spec.loader.exec_module(module)
   return module
 
+
+def snapshot(path):
+  """{relative path: mtime_ns} of a directory tree, the directory included:
+  equal before and after a refused command = nothing was written."""
+  out = {".": os.stat(path).st_mtime_ns}
+  for root, dirs, files in os.walk(path):
+    for name in dirs + files:
+      full = os.path.join(root, name)
+      out[os.path.relpath(full, path)] = os.lstat(full).st_mtime_ns
+  return out
+
 def env(extra=None):
   out = dict(os.environ)
   out["PYTHONPATH"] = os.pathsep.join(
