@@ -23,7 +23,7 @@ def test_rows_with_fewer_seeds_say_how_many():
   full, partial, empty = [text.splitlines()[i] for i in (2, 3, 4)]
   assert "(n=" not in full and "1.810 (0.010) |" in full
   assert "2.605** (0.010) (n=2) | **1.805** (0.010) (n=2) |" in partial
-  assert "| 4 |  | 4 | 4 |  |  |" in empty  # not run: empty, no n
+  assert "| 32 |  | 4 | 4 |  |  |" in empty  # not run: empty, no n
   assert "(n=k): the row's mean and std are over the k of 3 seeds" in text
   complete = report.markdown_table(_summary(rows, [3, 3, 3]), (250, 1000),
                                    [128], [128], "small", 3)
