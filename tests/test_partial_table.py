@@ -27,4 +27,4 @@ def test_rows_with_fewer_seeds_say_how_many():
   assert "(n=k): the row's mean and std are over the k of 3 seeds" in text
   complete = report.markdown_table(_summary(rows, [3, 3, 3]), (250, 1000),
                                    [128], [128], "small", 3)
-  assert "(n=" not in complete
+  assert "(n=k)" not in complete and "(n=3)" not in complete
