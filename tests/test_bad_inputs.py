@@ -37,16 +37,6 @@ SMALL = ["--gin_param", "num_layers = 1", "--gin_param", "d_model = 32",
          "--gin_param", "d_ff = 64"]
 
 
-def _snapshot(path):
-  """{relative path: mtime_ns} of a directory tree, the directory included."""
-  out = {".": os.stat(path).st_mtime_ns}
-  for root, dirs, files in os.walk(path):
-    for name in dirs + files:
-      full = os.path.join(root, name)
-      out[os.path.relpath(full, path)] = os.lstat(full).st_mtime_ns
-  return out
-
-
 def _make_read_only(path):
   """chmod a-w, and for root (whom mode bits do not stop) chattr +i: then
   nobody can create a file there.  False where neither works."""
@@ -203,7 +193,7 @@ def test_bad_input(world, name):
     pytest.skip("no way to make a directory read-only here")
   argv = [a.format(**world) for a in argv]
   env = {k: v.format(**world) for k, v in env.items()}
-  before = _snapshot(world["model_dir"])
+  before = _cli_util.snapshot(world["model_dir"])
   start = resource.getrusage(resource.RUSAGE_CHILDREN)
   result = _cli_util.run(argv, extra_env=env, cwd=world["base"])
   end = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -219,7 +209,7 @@ def test_bad_input(world, name):
   if no_tf:
     assert result.tensorflow is False
     assert cpu < REFUSAL_CPU_SECS, cpu
-  assert _snapshot(world["model_dir"]) == before
+  assert _cli_util.snapshot(world["model_dir"]) == before
 
 
 # Bad inputs that need TensorFlow (gin's parse, the checkpoint's shapes,
@@ -286,25 +276,14 @@ AFTER_TF_LAST = {
 }
 
 _AFTER_TF_SCRIPT = r"""
-import contextlib, importlib.util, io, json, os, sys
+import contextlib, io, json, os, sys
 cases, model_dir, repo = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+sys.path.insert(0, os.path.join(repo, "tests"))
+from _cli_util import load_script, snapshot
 from mtf_talking_heads.commands import decode, evaluate, train
-spec = importlib.util.spec_from_file_location(
-    "launch_tpu", os.path.join(repo, "launch", "tpu.py"))
-tpu = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(tpu)
+tpu = load_script(os.path.join("launch", "tpu.py"), "launch_tpu")
 mains = {"train": train.main, "eval": evaluate.main, "decode": decode.main,
          "tpu": tpu.main}
-
-
-def snapshot(path):
-  out = {".": os.stat(path).st_mtime_ns}
-  for root, dirs, files in os.walk(path):
-    for name in dirs + files:
-      full = os.path.join(root, name)
-      out[os.path.relpath(full, path)] = os.lstat(full).st_mtime_ns
-  return out
-
 
 out = {}
 for name, command, argv in cases:
