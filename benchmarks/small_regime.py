@@ -3,15 +3,20 @@
   .venv/bin/python benchmarks/small_regime.py --paper_table lm_heads \\
       [--output_dir sweeps/lm_heads] [--repeats 15]
 
-Builds every row of a decoder-only small-regime table (gin/experiments/
-lm_heads or lm_variants: models/lm_small.gin, d_model 128, 2 layers of
-attention + DenseReluDense(512), batch 16, length 128, vocab 384) with the
-test harness (one training step = forward, backward, SGD update; one CPU
-device) and times them interleaved: each round runs one step of every row,
-so a load change on the machine hits all of them alike.  Prints each row's
-median step time, the median over rounds of its ratio to the multi-head row
-of the same heads, and the ratio of attention-layer multiplies of the
-paper's formulas (costs.attention_costs).
+Builds every row of a small-regime table with the test harness (one
+training step = forward, backward, SGD update; one CPU device) and times
+them interleaved: each round runs one step of every row, so a load change
+on the machine hits all of them alike.  The decoder-only tables
+(gin/experiments/lm_heads, lm_variants: models/lm_small.gin) are a
+Unitransformer of 2 layers of attention + DenseReluDense(512), d_model 128,
+batch 16, length 128, position embeddings; the encoder-decoder table
+(encdec_heads: models/encdec_small.gin) is a Bitransformer of 2 + 2 such
+layers (the decoder's with encoder-decoder attention, the row's variant in
+all three placements), T5's relative position bias, 128 input and 128
+target positions, batch 16.  Vocabulary 384 (the byte vocabulary padded as
+mtf pads it).  Prints each row's median step time, the median over rounds
+of its ratio to the multi-head row of the same heads, and the ratio of
+attention-layer multiplies of the paper's formulas (costs.attention_costs).
 
 With --output_dir (a sweep of the same table) it writes
 <output_dir>/step_times.csv (row, step_time_sec, ratio_to_multi_head; a
@@ -39,38 +44,58 @@ from mtf_talking_heads import layers
 from mtf_talking_heads import sweep
 
 D_MODEL, D_FF, LENGTH, BATCH, VOCAB, NUM_LAYERS = 128, 512, 128, 16, 384, 2
-TABLES = ("lm_heads", "lm_variants")
+TABLES = ("lm_heads", "lm_variants", "encdec_heads")
+# models/encdec_small.gin: T5's relative position bias in self-attention
+RELATIVE = dict(relative_attention_type="bias_shared",
+                relative_attention_num_buckets=32)
 
 
-def attention_layer(row):
-  """The row's self-attention layer, as its gin file configures it."""
-  dims = dict(d_k=row.d_k, d_v=row.d_v)
+def attention_layer(row, encdec=False, **kwargs):
+  """The row's self-attention layer (encdec: its attention over the
+  encoder output), as its gin file configures it; kwargs go to the layer."""
+  dims = dict(d_k=row.d_k, d_v=row.d_v, **kwargs)
+  prefix = "EncoderAttention" if encdec else "Attention"
   if row.variant == "multi_head":
-    return layers.MultiHeadAttention(heads=row.heads, **dims)
+    return getattr(layers, "MultiHead" + prefix)(heads=row.heads, **dims)
   if row.variant == "project_logits":
-    return layers.ProjectLogitsAttention(heads_k=row.heads_k, heads=row.heads,
-                                         **dims)
+    return getattr(layers, "ProjectLogits" + prefix)(
+        heads_k=row.heads_k, heads=row.heads, **dims)
   if row.variant == "project_weights":
-    return layers.ProjectWeightsAttention(heads=row.heads,
-                                          heads_v=row.heads_v, **dims)
+    return getattr(layers, "ProjectWeights" + prefix)(
+        heads=row.heads, heads_v=row.heads_v, **dims)
   heads = dict(heads_k=row.heads_k, heads=row.heads, heads_v=row.heads_v)
   if row.variant == "dynamic_projections":
-    return layers.DynamicProjectionsAttention(dynamic=list(row.dynamic),
-                                              **heads, **dims)
+    return getattr(layers, "DynamicProjections" + prefix)(
+        dynamic=list(row.dynamic), **heads, **dims)
   if row.variant == "grouped_talking_heads":
-    return layers.GroupedTalkingHeadsAttention(groups=row.groups, **heads,
-                                               **dims)
-  return layers.TalkingHeadsAttention(**heads, **dims)
+    return getattr(layers, "GroupedTalkingHeads" + prefix)(
+        groups=row.groups, **heads, **dims)
+  return getattr(layers, "TalkingHeads" + prefix)(**heads, **dims)
 
 
-def make_model(row):
-  """A Harness running one training step of models/lm_small.gin."""
-  stack = []
-  for _ in range(NUM_LAYERS):
-    stack += [attention_layer(row),
-              transformer_layers.DenseReluDense(hidden_size=D_FF)]
-  return harness.Harness(stack, d_model=D_MODEL, vocab=VOCAB, batch=BATCH,
-                         length=LENGTH, optimizer_step=True)
+def _dense():
+  return transformer_layers.DenseReluDense(hidden_size=D_FF)
+
+
+def make_model(row, num_layers=NUM_LAYERS, d_model=D_MODEL, batch=BATCH,
+               length=LENGTH):
+  """A Harness running one training step of the row's small model:
+  models/lm_small.gin, or models/encdec_small.gin for encoder-decoder rows
+  (the row's variant in every placement, as encdec_heads places it)."""
+  if sweep.model_of(row) != "encdec":
+    stack = []
+    for _ in range(num_layers):
+      stack += [attention_layer(row), _dense()]
+    return harness.Harness(stack, d_model=d_model, vocab=VOCAB, batch=batch,
+                           length=length, optimizer_step=True)
+  encoder, decoder = [], []
+  for _ in range(num_layers):
+    encoder += [attention_layer(row, **RELATIVE), _dense()]
+    decoder += [attention_layer(row, **RELATIVE),
+                attention_layer(row, encdec=True), _dense()]
+  return harness.Harness(decoder, d_model=d_model, vocab=VOCAB, batch=batch,
+                         length=length, optimizer_step=True,
+                         encoder_layers=encoder, positional_embedding=False)
 
 
 def multiplies(row):
@@ -83,9 +108,10 @@ def multiplies(row):
                                groups=row.groups)["multiplies"]
 
 
-def time_rows(rows, repeats=15, warmup=3):
-  """{row name: [seconds per step, one per round]}, interleaved."""
-  models = [(row.name, make_model(row)) for row in rows]
+def time_rows(rows, repeats=15, warmup=3, **model_kwargs):
+  """{row name: [seconds per step, one per round]}, interleaved; kwargs go
+  to make_model (smaller sizes for tests)."""
+  models = [(row.name, make_model(row, **model_kwargs)) for row in rows]
   for _, model in models:
     for _ in range(warmup):
       model.step()

@@ -53,6 +53,10 @@ class Harness(object):
   devices, target, config: the mesh's devices in slot order and the
   session's target and ConfigProto (default: this process's logical CPUs,
   an in-process session), e.g. a cluster of `mtf_th server` tasks.
+  encoder_layers: layers of an encoder; then the model is an mtf
+  Bitransformer (encoder over the ids, `layers` the decoder, which needs
+  encoder-decoder attention among them) trained to copy the ids.
+  positional_embedding: False for models with relative position biases.
 
   Attributes after construction:
     graph: the tf.Graph; lowering: the mtf.Lowering (counters etc.);
@@ -65,7 +69,8 @@ class Harness(object):
                activation_dtype=tf.float32, master_dtype=tf.float32,
                seed=1234, optimizer_step=False, learning_rate=0.1,
                inputs=None, name="decoder", run=True, mesh_impl_cls=None,
-               devices=None, target="", config=None):
+               devices=None, target="", config=None, encoder_layers=None,
+               positional_embedding=True):
     parse_mtf_defaults()
     # one LayoutRules for the model and the mesh implementation, as t5's
     # utils.run does (sharding.Auto may add its rule while the model builds)
@@ -81,7 +86,18 @@ class Harness(object):
           layer_stack=transformer.LayerStack(layers), d_model=d_model,
           input_vocab_size=vocab, output_vocab_size=vocab,
           autoregressive=autoregressive, max_length=length, name=name,
+          positional_embedding=positional_embedding,
           layout=layout, mesh_shape=mesh_shape)  # read by sharding strategies
+      if encoder_layers is not None:  # a Bitransformer reading the ids
+        self.model = transformer.Bitransformer(
+            transformer.Unitransformer(
+                layer_stack=transformer.LayerStack(encoder_layers),
+                d_model=d_model, input_vocab_size=vocab,
+                output_vocab_size=None, autoregressive=False,
+                max_length=length, name="encoder",
+                positional_embedding=positional_embedding, layout=layout,
+                mesh_shape=mesh_shape),
+            self.model)
       if inputs is None:
         inputs = np.random.RandomState(seed).randint(1, vocab,
                                                      size=(batch, length))
@@ -92,7 +108,7 @@ class Harness(object):
                                          activation_dtype)
       logits, loss = self.model.call_simple(
           inputs=ids, targets=ids, compute_loss=True, mode="train",
-          variable_dtype=variable_dtype)
+          variable_dtype=variable_dtype)  # encoder-decoder: ids -> ids
       variables = mtf_graph.trainable_variables
       grads = mtf.gradients([loss], [v.outputs[0] for v in variables])
       update_ops = []

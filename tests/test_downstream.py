@@ -37,17 +37,18 @@ def test_examples_are_deterministic_and_both_splits_are_filled():
       downstream.continuation_examples(list(docs)))
   assert downstream.next_word_examples(docs) == (
       downstream.next_word_examples(list(docs)))
-  for task in (downstream.CLASSIFICATION, downstream.SPAN):
+  for task in (downstream.CONTINUATION, downstream.NEXT_WORD):
     for split in ("train", "validation"):
       assert len(downstream.examples(task, split)) >= 100
   labels = [e["targets"] for e in downstream.examples(
-      downstream.CLASSIFICATION, "train")]
+      downstream.CONTINUATION, "train")]
   assert set(labels) == {"yes", "no"}
   assert 0.4 < labels.count("yes") / len(labels) < 0.6
   # The splits come from disjoint documents.
-  train = {e["inputs"] for e in downstream.examples(downstream.SPAN, "train")}
+  train = {e["inputs"]
+           for e in downstream.examples(downstream.NEXT_WORD, "train")}
   assert not train & {e["inputs"] for e in downstream.examples(
-      downstream.SPAN, "validation")}
+      downstream.NEXT_WORD, "validation")}
 
 
 def test_continuation_labels_follow_the_documents():
@@ -64,7 +65,7 @@ def test_continuation_labels_follow_the_documents():
 
 def test_every_answer_is_the_word_after_the_question_word_in_the_context():
   for split in ("train", "validation"):
-    for ex in downstream.examples(downstream.SPAN, split):
+    for ex in downstream.examples(downstream.NEXT_WORD, split):
       word, context = re.match(
           r'question: which word follows "(.*)"\? context: (.*)$',
           ex["inputs"]).groups()
@@ -110,7 +111,7 @@ def test_metrics_of_perfect_and_empty_predictions(name):
 
 def test_scored_tasks_refuses_a_pretraining_task():
   assert [t.name for t in metrics.scored_tasks("th_finetune_embedded")] == [
-      "th_embedded_continuation", "th_embedded_next_word"]
+      "th_embedded_cloze", "th_embedded_entailment"]
   with pytest.raises(errors.ConfigError, match="th_span_corruption has no "
                      "task with a 'validation' split and metric_fns"):
     metrics.scored_tasks("th_span_corruption")
@@ -273,9 +274,9 @@ FAKE = textwrap.dedent('''
         step = int(f.read().split("-")[-1].strip().strip('"'))
       with open(os.path.join(a.model_dir, "downstream_results.csv"), "w") as out:
         out.write("task,metric,value,step,examples\\n")
-        out.write("th_embedded_continuation,accuracy,%d,%d,8\\n" % (60 + seed, step))
-        out.write("th_embedded_next_word,em,%d,%d,8\\n" % (30 + seed, step))
-        out.write("th_embedded_next_word,f1,%d,%d,8\\n" % (40 + seed, step))
+        out.write("th_embedded_entailment,accuracy,%d,%d,8\\n" % (60 + seed, step))
+        out.write("th_embedded_cloze,em,%d,%d,8\\n" % (30 + seed, step))
+        out.write("th_embedded_cloze,f1,%d,%d,8\\n" % (40 + seed, step))
     else:
       with open(os.path.join(a.model_dir, "eval_results.csv"), "w") as out:
         out.write("step,split,ln_ppl,tokens\\n")
@@ -328,14 +329,14 @@ def test_stage_fills_the_columns_and_resumes_by_stage(tmp_path, fake):
                ("41.0", "61.0", "210", "th_finetune_embedded"),
                ("42.0", "62.0", "210", "th_finetune_embedded")]
   md = (out / "results.md").read_text()
-  assert ("| embedded next-word F1 (not SQuAD) (std) | embedded continuation "
+  assert ("| embedded cloze F1 (not SQuAD) (std) | embedded entailment "
           "acc. (not MNLI-m) (std) |") in md
   assert "| 41.50 (0.71) | 61.50 (0.71) |" in md
   assert "not those benchmarks" in md
   down = (out / "downstream.md").read_text()
-  assert ("| th_embedded_continuation accuracy | th_embedded_next_word em | "
-          "th_embedded_next_word f1 |") in down
-  assert "| 61.50 (0.71) | 31.50 (0.71) | 41.50 (0.71) |" in down
+  assert ("| th_embedded_cloze em | th_embedded_cloze f1 | "
+          "th_embedded_entailment accuracy |") in down
+  assert "| 31.50 (0.71) | 41.50 (0.71) | 61.50 (0.71) |" in down
   # Rerun: every stage is recorded, nothing runs.
   calls.write_text("")
   _sweep(out, launcher, {"steps": 10, "max_eval_examples": 8}).run()

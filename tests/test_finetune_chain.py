@@ -29,9 +29,9 @@ def test_pretrain_finetune_metrics_then_rerun_skips(tmp_path, capsys):
     scores = list(csv.DictReader(f))
   assert sorted((r["task"], r["metric"], r["step"], r["examples"])
                 for r in scores) == [
-                    ("th_embedded_continuation_bytes", "accuracy", "8", "8"),
-                    ("th_embedded_next_word_bytes", "em", "8", "8"),
-                    ("th_embedded_next_word_bytes", "f1", "8", "8")]
+                    ("th_embedded_cloze_bytes", "em", "8", "8"),
+                    ("th_embedded_cloze_bytes", "f1", "8", "8"),
+                    ("th_embedded_entailment_bytes", "accuracy", "8", "8")]
   for r in scores:
     assert 0.0 <= float(r["value"]) <= 100.0
   values = {(r["task"], r["metric"]): float(r["value"]) for r in scores}
@@ -40,9 +40,9 @@ def test_pretrain_finetune_metrics_then_rerun_skips(tmp_path, capsys):
   assert record["downstream_mixture"] == "th_finetune_embedded_bytes"
   assert record["finetune_step"] == "8"
   assert float(record["span_f1"]) == pytest.approx(
-      values[("th_embedded_next_word_bytes", "f1")])
+      values[("th_embedded_cloze_bytes", "f1")])
   assert float(record["cls_accuracy"]) == pytest.approx(
-      values[("th_embedded_continuation_bytes", "accuracy")])
+      values[("th_embedded_entailment_bytes", "accuracy")])
   assert float(record["final_ln_ppl"]) > 0
   table = [l for l in (out / "results.md").read_text().splitlines()
            if l.startswith("| multi-head")][0]
@@ -50,7 +50,7 @@ def test_pretrain_finetune_metrics_then_rerun_skips(tmp_path, capsys):
   assert cells[8] == "%.2f" % float(record["span_f1"])
   assert cells[9] == "%.2f" % float(record["cls_accuracy"])
   down = (out / "downstream.md").read_text()
-  assert "th_embedded_next_word_bytes f1" in down
+  assert "th_embedded_cloze_bytes f1" in down
   # The fine-tuning started from the pre-training's last checkpoint.
   log = (run / "finetune" / "sweep.log").read_text()
   assert "--checkpoint_step 4" in log and "[finetune] from " in log

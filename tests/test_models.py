@@ -25,7 +25,8 @@ import mtf_talking_heads
 from mtf_talking_heads import models, training
 import mesh_tensorflow as mtf
 
-SMALL_TABLES = ("lm_heads", "lm_variants", "encdec_heads")
+SMALL_TABLES = ("lm_heads", "lm_variants", "encdec_heads", "span_heads",
+                "scaling_d128", "scaling_d192", "scaling_d256")
 SCALES = {"t5": "models/t5_tiny.gin", "bert": "models/bert_tiny.gin",
           "albert": "models/albert_tiny.gin"}
 MACROS = ("row_label", "variant", "heads_k", "heads", "heads_v", "d_k", "d_v",

@@ -11,7 +11,7 @@ import pytest
 from mtf_talking_heads import comparison
 from mtf_talking_heads import sweep
 
-SMALL_TABLES = ("lm_heads", "encdec_heads", "lm_variants")
+SMALL_TABLES = ("lm_heads", "encdec_heads", "lm_variants", "span_heads")
 
 
 # ------------------------------------------------------------- byte tasks

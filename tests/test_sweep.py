@@ -31,7 +31,8 @@ TABLES = ("albert_heads", "albert_logits_weights", "bert_heads", "dp",
           "dp_enc_only", "dp_individual", "t5_enc_dec", "t5_heads",
           "t5_heads_dims", "t5_logits_weights")
 # Small-regime tables (h * d_k = d_model; tests/test_small_regime.py).
-SMALL_TABLES = ("encdec_heads", "lm_heads", "lm_variants")
+SMALL_TABLES = ("encdec_heads", "lm_heads", "lm_variants", "scaling_d128",
+                "scaling_d192", "scaling_d256", "span_heads")
 
 # The paper's (label, h, d_k) for the tables without cost columns (ALBERT,
 # BERT: tab:albert, tab:albert-logit-weight-only, tab:bert).

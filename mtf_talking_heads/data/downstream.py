@@ -5,30 +5,52 @@ SuperGLUE) that exist on every machine, so the whole chain pre-train ->
 fine-tune -> metric runs here.  Registered on import (the data package
 imports this module; nothing is read until a dataset is requested):
 
-  th_embedded_continuation   classification, scored by accuracy (t5's
-                             metrics.accuracy), GLUE's text-to-text form:
-      inputs:  "continuation sentence1: <A> sentence2: <B>"
-      targets: "yes" if B is the sentence after A in the same document,
-               "no" if B comes from another document (half of the examples).
-  th_embedded_next_word      span extraction in SQuAD's text-to-text form,
+  th_embedded_entailment     classification in MNLI's text-to-text form,
+                             scored by accuracy (t5's metrics.accuracy):
+      inputs:  "mnli hypothesis: <H> premise: <P>"   (P: a document's first
+               PREMISE_WORDS words, H: HYPOTHESIS_WORDS words)
+      targets: "entailment"    H is a run of consecutive words of P,
+               "contradiction" the same words in another order (the
+                               premise does not say that),
+               "neutral"       a run of words of another document;
+               a third each.
+  th_embedded_cloze          extractive span in SQuAD's text-to-text form,
                              scored by t5's metrics.squad (exact match, F1)
                              with t5's postprocessors.qa:
-      inputs:  'question: which word follows "<w>"? context: <C>'
-      targets: the word after <w> in C (a span of C; <w> occurs once in C).
+      inputs:  "question: <w w w _ w w> context: <C>"  (C: a document's
+               first CONTEXT_WORDS words; the question is a window of C
+               with CLOZE_WORDS consecutive words replaced by "_")
+      targets: the missing words (a span of C; the window occurs once).
   th_finetune_embedded       both, examples-proportional (like the paper's
                              mixture), SentencePiece vocabulary (T5 models).
   *_bytes                    the same on UTF-8 bytes (the small byte-level
-                             models): th_embedded_continuation_bytes,
-                             th_embedded_next_word_bytes,
+                             models): th_embedded_entailment_bytes,
+                             th_embedded_cloze_bytes,
                              th_finetune_embedded_bytes.
+
+Both are answered from the text by matching: whether (and in what order)
+the hypothesis's words occur in the premise, where the question's window
+sits in the context; a small pre-trained model learns them in a few
+hundred fine-tuning steps (docs/results.md, "Downstream").
+
+Two earlier tasks stay registered (not in the mixtures; a small model
+fine-tuned on them stays at the majority class):
+
+  th_embedded_continuation   "continuation sentence1: <A> sentence2: <B>"
+                             -> "yes" if B is the sentence after A in the
+                             same document, "no" if B comes from another.
+  th_embedded_next_word      'question: which word follows "<w>"?
+                             context: <C>' -> the word after <w> in C.
+  (and their _bytes variants)
 
 Examples come from the embedded corpus's train and validation documents
 (corpus.py); a validation example whose inputs also occur in train (the
 stdlib repeats some sentences) is dropped, so the splits are disjoint.  They
 are the same on every build of the same corpus (every choice is a hash of
 the text).
-Sentences are cut to at most MAX_WORDS words, so an example fits in 128
-bytes of inputs or fewer SentencePiece tokens.
+Every example's inputs fit in MAX_INPUT_BYTES bytes and its targets in
+MAX_TARGET_BYTES (fewer SentencePiece tokens); the earlier tasks cut
+sentences to MAX_WORDS words.
 """
 import functools
 import hashlib
@@ -43,12 +65,25 @@ import tensorflow.compat.v2 as tf
 from mtf_talking_heads.data import corpus
 from mtf_talking_heads.data import vocab
 
-CLASSIFICATION = "th_embedded_continuation"
-SPAN = "th_embedded_next_word"
+CLASSIFICATION = "th_embedded_entailment"
+SPAN = "th_embedded_cloze"
+CONTINUATION = "th_embedded_continuation"
+NEXT_WORD = "th_embedded_next_word"
+TASKS = (CLASSIFICATION, SPAN, CONTINUATION, NEXT_WORD)
 MIXTURE = "th_finetune_embedded"
 BYTES_SUFFIX = "_bytes"
 MAX_WORDS = 8
 MIN_CONTEXT_WORDS = 4
+ENTAILMENT_LABELS = ("entailment", "contradiction", "neutral")
+PREMISE_WORDS = 12
+HYPOTHESIS_WORDS = 4
+CONTEXT_WORDS = 14
+CLOZE_WORDS = 2
+WINDOW_WORDS = 3  # words of the question's window on each side of the gap
+# An example's inputs fit finetune_embedded.gin's 160 bytes (with EOS) and
+# its targets 16 bytes.
+MAX_INPUT_BYTES = 159
+MAX_TARGET_BYTES = 15
 # Examples per split and task (the corpus has ~24k train documents).
 MAX_EXAMPLES = {"train": 20000, "validation": 400}
 
@@ -134,6 +169,128 @@ def next_word_examples(documents):
   return out
 
 
+def _words(document, count):
+  """The document's first `count` words, or None when it has fewer."""
+  words = document.split()
+  return words[:count] if len(words) >= count else None
+
+
+_FIELDS = re.compile(r"(hypothesis|premise|question|context):")
+
+
+def _fits(example, text):
+  """Within the lengths, and `text` (the example's words) has no field
+  name of the prompts, so the fields read back unambiguously."""
+  return (len(example["inputs"].encode("utf-8")) <= MAX_INPUT_BYTES and
+          len(example["targets"].encode("utf-8")) <= MAX_TARGET_BYTES and
+          not _FIELDS.search(text))
+
+
+def _reordered(run):
+  """The words of `run` in another order (the middle two swapped, else the
+  run reversed), or None when every order reads the same."""
+  out = list(run)
+  out[1], out[2] = out[2], out[1]
+  if out == list(run):
+    out = list(reversed(run))
+  return out if out != list(run) else None
+
+
+def entailment_example(premise, other, key):
+  """One MNLI-form example, or None when none can be made.
+
+  Args:
+    premise: list of PREMISE_WORDS words (a document's start).
+    other: list of words of another document (the neutral hypothesis's
+      source).
+    key: a string whose hash picks the label and the run.
+  Returns:
+    dict(inputs, targets) with targets one of ENTAILMENT_LABELS.
+
+  Example: premise "Return the number of items in the container of type
+  list" may give hypothesis "items in the container" (entailment), "items
+  the in container" (contradiction) or four words of `other` (neutral).
+  """
+  n = HYPOTHESIS_WORDS
+  h = _hash(key)
+  label = ENTAILMENT_LABELS[h % 3]
+  if label == "neutral":
+    if len(other) < n:
+      return None
+    start = (h // 3) % (len(other) - n + 1)
+    hypothesis = other[start:start + n]
+    if " ".join(hypothesis) in " ".join(premise):
+      return None
+  else:
+    start = (h // 3) % (len(premise) - n + 1)
+    hypothesis = premise[start:start + n]
+    if label == "contradiction":
+      hypothesis = _reordered(hypothesis)
+      if hypothesis is None or " ".join(hypothesis) in " ".join(premise):
+        return None
+  example = {"inputs": "mnli hypothesis: %s premise: %s"
+                       % (" ".join(hypothesis), " ".join(premise)),
+             "targets": label}
+  return example if _fits(example, " ".join(premise + hypothesis)) else None
+
+
+def entailment_examples(documents):
+  """Entailment examples: one per document of PREMISE_WORDS words or more
+  (the neutral hypothesis comes from the next such document)."""
+  premises = [w for w in (_words(d, PREMISE_WORDS) for d in documents) if w]
+  out = []
+  for i, premise in enumerate(premises):
+    other = premises[(i + 1) % len(premises)]
+    example = entailment_example(premise, other, " ".join(premise))
+    if example:
+      out.append(example)
+  return out
+
+
+def cloze_example(context):
+  """A SQuAD-form cloze example from a list of words, or None.
+
+  The gap is CLOZE_WORDS consecutive plain words (neither an article, which
+  SQuAD's normalisation drops); the question is the gap with up to
+  WINDOW_WORDS words on each side, and that window occurs once in the
+  context and has no "_" of its own, so the answer is determined; a hash
+  of the context picks the gap among those.
+  Example: context "Return the number of items in the container" may give
+  question "the number of _ the container", answer "items in".
+  """
+  text = " ".join(context)
+  candidates = []
+  for k in range(1, len(context) - CLOZE_WORDS):
+    gap = context[k:k + CLOZE_WORDS]
+    if not all(_CLEAN.match(w) and qa_utils.normalize_squad(w) for w in gap):
+      continue
+    before = context[max(0, k - WINDOW_WORDS):k]
+    after = context[k + CLOZE_WORDS:k + CLOZE_WORDS + WINDOW_WORDS]
+    window = " ".join(before + gap + after)
+    if text.count(window) == 1 and "_" not in window:  # one "_": the gap
+      candidates.append((k, " ".join(before + ["_"] + after), " ".join(gap)))
+  if not candidates:
+    return None
+  _, question, answer = candidates[_hash(text) % len(candidates)]
+  example = {"inputs": "question: %s context: %s" % (question, text),
+             "targets": answer, "answers": [answer]}
+  return example if _fits(example, text) else None
+
+
+def cloze_examples(documents):
+  """Cloze examples: one per document of CONTEXT_WORDS words or more."""
+  out = []
+  for doc in documents:
+    context = _words(doc, CONTEXT_WORDS)
+    example = cloze_example(context) if context else None
+    if example:
+      out.append(example)
+  return out
+
+
+_MAKERS = {CLASSIFICATION: entailment_examples, SPAN: cloze_examples,
+           CONTINUATION: continuation_examples, NEXT_WORD: next_word_examples}
+_SPAN_TASKS = (SPAN, NEXT_WORD)
 _CACHE = {}
 
 
@@ -144,13 +301,14 @@ def _documents(split):
 
 
 def examples(task, split):
-  """The examples of `task` (CLASSIFICATION or SPAN) in `split` (cached)."""
+  """The examples of `task` (one of TASKS) in `split` (cached)."""
   if split not in corpus.SPLITS:
     raise ValueError("split must be one of %s, got %r" % (corpus.SPLITS, split))
+  if task not in _MAKERS:
+    raise ValueError("task must be one of %s, got %r" % (TASKS, task))
   key = (task, split)
   if key not in _CACHE:
-    make = continuation_examples if task == CLASSIFICATION else (
-        next_word_examples)
+    make = _MAKERS[task]
     rows = make(_documents(split))
     if split != "train":  # stdlib docstrings repeat sentences: no leak
       seen = {r["inputs"] for r in make(_documents("train"))}
@@ -164,7 +322,7 @@ def _dataset_fn(split, shuffle_files, seed=None, task=None):
   rows = examples(task, split)
   columns = {"inputs": [r["inputs"] for r in rows],
              "targets": [r["targets"] for r in rows]}
-  if task == SPAN:
+  if task in _SPAN_TASKS:
     columns["answers"] = [r["answers"] for r in rows]
   return tf.data.Dataset.from_tensor_slices(columns)
 
@@ -206,9 +364,14 @@ def register():
   """Registers the tasks and mixtures of the module docstring."""
   for byte_level, vocabulary in ((False, vocab.get_vocabulary()),
                                  (True, seqio.ByteVocabulary())):
+    suffix = BYTES_SUFFIX if byte_level else ""
+    for base in TASKS:
+      if base in _SPAN_TASKS:
+        _add(base + suffix, base, vocabulary, [t5_metrics.squad],
+             t5_postprocessors.qa)
+      else:
+        _add(base + suffix, base, vocabulary, [t5_metrics.accuracy], None)
     cls, span, mixture = task_names(byte_level)
-    _add(cls, CLASSIFICATION, vocabulary, [t5_metrics.accuracy], None)
-    _add(span, SPAN, vocabulary, [t5_metrics.squad], t5_postprocessors.qa)
     if mixture in seqio.MixtureRegistry.names():
       seqio.MixtureRegistry.remove(mixture)
     seqio.MixtureRegistry.add(mixture, [(cls, _rate), (span, _rate)])

@@ -12,8 +12,12 @@ the real import: a task registered in data/ must be added to THIS_PACKAGE
 
 # Registered by this package's data modules.
 THIS_PACKAGE = (
+    "th_embedded_cloze",
+    "th_embedded_cloze_bytes",
     "th_embedded_continuation",
     "th_embedded_continuation_bytes",
+    "th_embedded_entailment",
+    "th_embedded_entailment_bytes",
     "th_embedded_next_word",
     "th_embedded_next_word_bytes",
     "th_finetune_embedded",
@@ -26,6 +30,7 @@ THIS_PACKAGE = (
     "th_prefix_lm_bytes",
     "th_sop",
     "th_span_corruption",
+    "th_span_corruption_bytes",
 )
 
 # Registered by t5==0.9.4's t5.data.mixtures (tasks and mixtures).

@@ -12,6 +12,10 @@ is requested):
                       bytes (seqio.ByteVocabulary): targets only, long
                       documents cut to the targets length, short ones packed.
   th_prefix_lm_bytes  th_prefix_lm on bytes, for encoder-decoder models.
+  th_span_corruption_bytes
+                      th_span_corruption on bytes (seqio.ByteVocabulary, no
+                      extra ids): the sentinels are the vocabulary's last
+                      ids, the bytes 0xFF, 0xFE, ..., never in UTF-8 text.
   th_finetune_squad_glue_superglue
                       mixture of SQuAD + GLUE + SuperGLUE, examples-
                       proportional (the paper's fine-tuning mixture).
@@ -44,7 +48,7 @@ from mtf_talking_heads.data import vocab
 OBJECTIVES = ("span_corruption", "mlm", "prefix_lm", "lm")
 # Byte-level tasks: no vocabulary to train, 259 ids (3 special + 256 bytes),
 # the model sees characters, so small models leave the unigram plateau fast.
-BYTE_OBJECTIVES = ("lm", "prefix_lm")
+BYTE_OBJECTIVES = ("lm", "prefix_lm", "span_corruption")
 PRETRAINING_TASKS = tuple("th_" + o for o in OBJECTIVES if o != "lm") + tuple(
     "th_%s_bytes" % o for o in BYTE_OBJECTIVES)
 FINETUNE_MIXTURE = "th_finetune_squad_glue_superglue"

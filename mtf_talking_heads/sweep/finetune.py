@@ -12,7 +12,7 @@ report.py prints the columns.  Imports no TensorFlow.
 Mixtures:
   th_finetune_embedded[_bytes]  (default) the embedded benchmark built from
       the local corpus (data/downstream.py); the columns are its stand-ins:
-      next-word span F1 (for SQuAD) and continuation accuracy (for MNLI-m).
+      cloze span F1 (for SQuAD) and entailment accuracy (for MNLI-m).
       The byte-level variant is chosen for rows pre-trained on bytes.
   th_finetune_squad_glue_superglue  the paper's mixture, read by TFDS from
       --data_dir (a bucket prepared with `tfds build`); t5's tasks use t5's
@@ -44,13 +44,13 @@ COLUMNS = results.FINETUNE_COLUMNS
 _PAPER_COLUMNS = {
     PAPER_MIXTURE: (("squad_v010_allanswers", "f1"),
                     ("glue_mnli_matched_v002", "accuracy")),
-    EMBEDDED_MIXTURE: (("th_embedded_next_word", "f1"),
-                       ("th_embedded_continuation", "accuracy")),
+    EMBEDDED_MIXTURE: (("th_embedded_cloze", "f1"),
+                       ("th_embedded_entailment", "accuracy")),
 }
 _LABELS = {
     PAPER_MIXTURE: ("SQuAD v1.1 dev-F1", "MNLI-m dev"),
-    EMBEDDED_MIXTURE: ("embedded next-word F1 (not SQuAD)",
-                       "embedded continuation acc. (not MNLI-m)"),
+    EMBEDDED_MIXTURE: ("embedded cloze F1 (not SQuAD)",
+                       "embedded entailment acc. (not MNLI-m)"),
 }
 
 
@@ -298,7 +298,7 @@ def columns_note(stage):
              DOWNSTREAM_MD))
   if all(_family(m) == EMBEDDED_MIXTURE for m in mixtures):
     text += (" These are the embedded benchmark built from the local corpus "
-             "(next-word span F1, sentence-continuation accuracy), stand-ins "
+             "(cloze span F1, copied-words entailment accuracy), stand-ins "
              "for the paper's SQuAD v1.1 and MNLI-m columns, not those "
              "benchmarks.")
   return text

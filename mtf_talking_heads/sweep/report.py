@@ -187,7 +187,8 @@ def markdown_table(summary, eval_steps, d_models, cost_lengths, scale, seeds,
   "MNLI-m dev"), step time, params and multiplies per attention layer; the
   best (lowest) ln(PPL) of each column, the highest downstream scores and
   the fastest step time in bold.  Cells of runs not yet recorded stay
-  empty.
+  empty; a row with fewer recorded seeds than `seeds` has "(n=k)" after
+  its ln(PPL) cells.
 
   Args:
     summary: summarize() output.
@@ -250,6 +251,9 @@ def markdown_table(summary, eval_steps, d_models, cost_lengths, scale, seeds,
     final = number(s["final"][0], best_final, "%.3f")
     if final and s["final"][1] is not None:
       final += " (%.3f)" % s["final"][1]
+    if final and s["seeds"] < seeds:  # a partial row says how many seeds
+      early += " (n=%d)" % s["seeds"]
+      final += " (n=%d)" % s["seeds"]
     various = row.placement != "all"
     scores = []
     if downstream_labels:
@@ -270,4 +274,8 @@ def markdown_table(summary, eval_steps, d_models, cost_lengths, scale, seeds,
       % ("/".join(str(d) for d in sorted(set(d_models))), length_note,
          "the paper's n=m=512" if scale == "base"
          else "the model's own input length"))
+  if any(0 < s["seeds"] < seeds for s in summary):
+    lines.append("")
+    lines.append("(n=k): the row's mean and std are over the k of %d seeds "
+                 "recorded so far." % seeds)
   return "\n".join(lines) + "\n"

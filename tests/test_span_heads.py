@@ -1,0 +1,91 @@
+"""The span-corruption table of the small regime (gin/experiments/span_heads:
+T5's span corruption on bytes, objectives/span_corruption_bytes.gin): the
+task's examples, that building them reads nothing from the network, the
+table's rows, and (slow) that its multi-head and talking-heads rows train.
+"""
+import csv
+import os
+import socket
+
+import numpy as np
+import pytest
+import seqio
+
+from mtf_talking_heads import data  # noqa: F401  (registers the tasks)
+from mtf_talking_heads import gin_text
+from mtf_talking_heads import sweep
+from mtf_talking_heads.data import tasks
+
+TASK = "th_span_corruption_bytes"
+
+
+def _examples(lengths, count):
+  task = seqio.get_mixture_or_task(TASK)
+  ds = task.get_dataset(lengths, split="validation", shuffle=False, seed=1)
+  return list(ds.take(count).as_numpy_iterator())
+
+
+def test_bytes_with_sentinels_and_no_network(monkeypatch):
+  def refuse(*args, **kwargs):
+    raise AssertionError("span corruption tried the network: %r" % (args,))
+  monkeypatch.setattr(socket.socket, "connect", refuse)
+  monkeypatch.setattr(socket, "create_connection", refuse)
+  assert tasks.span_corruption_targets_length(128) == 29
+  examples = _examples({"inputs": 128, "targets": 29}, 30)
+  vocabulary = seqio.get_mixture_or_task(TASK).output_features[
+      "targets"].vocabulary
+  assert isinstance(vocabulary, seqio.ByteVocabulary)
+  assert vocabulary.vocab_size == 259
+  noise = kept = 0
+  for ex in examples:
+    inputs, targets = ex["inputs"].tolist(), ex["targets"].tolist()
+    assert len(inputs) == 128 and len(targets) <= 29  # packed exactly
+    assert inputs[-1] == 1 and targets[-1] == 1  # EOS
+    sentinels = [t for t in targets if t >= 250]
+    # one sentinel per span, the same in inputs and targets, counting down
+    # from 258 (byte 0xFF): ids no UTF-8 text has
+    assert sentinels == [t for t in inputs if t >= 250]
+    assert sentinels == list(range(258, 258 - len(sentinels), -1))
+    assert targets[0] == 258
+    noise += len(targets) - 1 - len(sentinels)
+    kept += len(inputs) - 1 - len(sentinels)
+  assert 0.12 < noise / (noise + kept) < 0.18  # 15% of the bytes
+
+
+def test_span_table_rows_and_objective():
+  rows = sweep.paper_table_rows("span_heads")
+  assert [(r.variant, r.heads, r.d_k) for r in rows] == [
+      ("multi_head", 8, 16), ("multi_head", 32, 4),
+      ("talking_heads", 8, 16), ("talking_heads", 32, 4)]
+  for row in rows:
+    assert row.heads * row.d_k == row.heads * row.d_v == 128
+    assert sweep.model_and_size(row) == ("encdec", "small")
+    config = gin_text.GinConfig(row.gin_files)
+    assert config.get("MIXTURE_NAME") == TASK
+    assert (config.get("inputs_length"), config.get("targets_length")) == (
+        128, tasks.span_corruption_targets_length(128))
+    tiny = gin_text.GinConfig(row.gin_files + sweep.scale_files(row, "tiny"))
+    assert tiny.get("targets_length") >= (
+        tasks.span_corruption_targets_length(tiny.get("inputs_length")))
+  assert "span corruption" in sweep.table_caption("span_heads")
+
+
+@pytest.mark.slow
+def test_span_rows_train_and_evaluate(tmp_path):
+  """Talking heads at 8 heads trains 4 steps at tiny scale on span
+  corruption and held-out ln(PPL) of the targets falls (multi-head rows
+  share every other code path: test_small_regime.py trains them)."""
+  from mtf_talking_heads.commands import evaluate  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.commands import train  # pylint: disable=g-import-not-at-top
+  for row in sweep.select_rows(sweep.paper_table_rows("span_heads"), "3"):
+    model_dir = str(tmp_path / row.name)
+    flags = ["--model_dir", model_dir]
+    for f in list(row.gin_files) + list(sweep.scale_files(row, "tiny")):
+      flags += ["--gin_file", f]
+    assert train.main(flags) == 0
+    assert evaluate.main(flags + ["--checkpoint_steps", "0,4"]) == 0
+    with open(os.path.join(model_dir, "eval_results.csv")) as f:
+      curve = {int(r["step"]): float(r["ln_ppl"]) for r in csv.DictReader(f)}
+    assert sorted(curve) == [0, 4]
+    assert curve[0] > curve[4] > 0, (row.name, curve)
+    assert np.isfinite(list(curve.values())).all()
