@@ -88,8 +88,11 @@ BYTES_PER_ELEMENT = 4  # ring bytes are priced in float32 elements
 _CORE_SUFFIX = "_core"  # heads dims inside a split core: whole, on no axis
 
 
-class MeshLayout(object):
-  """A mesh shape and layout rules, asked by tensor-dimension name.
+class MeshLayout(prices.Layout):
+  """prices.Layout (a mesh shape and layout rules, asked by tensor-dim name)
+  with the mtf objects validation checks against.
+
+  Also takes a model's own mtf.Shape and mtf.LayoutRules.
 
   Example:
     MeshLayout("batch:2;model:4", "batch:batch;heads:model").axis_of("heads")
@@ -97,34 +100,15 @@ class MeshLayout(object):
   """
 
   def __init__(self, mesh_shape, layout):
-    self.mesh_shape = mtf.Shape([mtf.Dimension(n, k) for n, k in
-                                 validation.parse_mesh_shape(mesh_shape)])
-    self.rules = mtf.LayoutRules(validation.parse_layout(layout))
-    self.mesh_shape_string = ";".join(
-        "%s:%d" % (d.name, d.size) for d in self.mesh_shape.dims)
-
-  def axis_of(self, name):
-    """The mesh axis name that tensor dims called `name` map to, or None."""
-    try:
-      index = self.rules.tensor_dimension_to_mesh_axis(
-          mtf.Dimension(name, 1), self.mesh_shape)
-    except ValueError:
-      raise ValueError("layout maps dim %r to more than one mesh axis" % name)
-    return None if index is None else self.mesh_shape.dims[index].name
-
-  def axis_size(self, axis):
-    """Size of mesh axis `axis` (1 if the mesh has no such axis)."""
-    for d in self.mesh_shape.dims:
-      if d.name == axis:
-        return d.size
-    return 1
-
-  def has_axis(self, axis):
-    return axis in [d.name for d in self.mesh_shape.dims]
+    super().__init__(validation.parse_mesh_shape(mesh_shape),
+                     validation.parse_layout(layout))
+    self.mesh_shape = mtf.Shape([mtf.Dimension(n, k)
+                                 for n, k in self.mesh_pairs])
+    self.rules = mtf.LayoutRules(self.pairs)
 
   def names_on(self, axis):
     """Tensor-dim names the layout maps to mesh axis `axis`."""
-    return self.rules.mesh_dimension_name_to_tensor_dimension_names(axis)
+    return [t for t, m in self.pairs if m == axis]
 
 
 def attention_tensor_shapes(dims, batch, length):
