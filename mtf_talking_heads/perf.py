@@ -593,13 +593,16 @@ def parse_mesh(mesh_shape):
   """
   sizes = {"batch": 1, "model": 1}
   for item in spec_lib.split_rules(mesh_shape):
-    name, _, size = item.partition(":")
-    if name not in sizes or not size.isdigit() or int(size) <= 0:
+    try:
+      (name, size), = spec_lib.parse_mesh_shape(item)
+    except ValueError:
+      name = None
+    if name not in sizes:
       raise ValueError(
           "--mesh_shape %r: %r is not NAME:SIZE with NAME batch or model and "
           "a positive SIZE (e.g. batch:16 or batch:2,model:8)"
           % (mesh_shape, item))
-    sizes[name] = int(size)
+    sizes[name] = size
   return sizes
 
 
