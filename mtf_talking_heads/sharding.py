@@ -1,8 +1,8 @@
 """Sharding strategies for the n x m x heads core of the attention layers.
 
 A strategy decides where an attention layer's tensors live; the layer
-computes them.  The interface is one call each way and the strategy never
-calls the layer back: the layer (layers.AttentionLayer.call) tells its
+computes them.  The layer calls its strategy once per call and the strategy
+never calls the layer back: the layer (layers.AttentionLayer.call) tells its
 strategy what it is about to compute in an ``AttentionCall`` (its dims,
 dynamic terms, context, X and the encoder output M), and
 ``strategy.frame(call)`` returns a ``Frame``: where the layer runs its
@@ -12,9 +12,9 @@ the layer calls with Q, K, V (J, L, W, U, O; see attention.attention_core).
 The default Frame keeps Q, K, V and Y as the layout lays them out, and the
 strategy moves only the core (``strategy.core(...)``); GatheredBatchSplit's
 moves the whole layer; Auto returns the frame of the strategy it picks.  A
-strategy may rename dims (each rename is an mtf reshape: free, an
-all-gather or an all-to-all, depending on the layout) as long as the
-result equals the unsharded one.
+strategy may rename dims (each rename is an mtf reshape: free, an all-gather
+or an all-to-all, depending on the layout) as long as the result equals the
+unsharded one.
 
 Select one per layer class with gin, and add the rules it names
 (``strategy.layout_rules()``) to the layout::
