@@ -6,6 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Two pytest-xdist workers, one test file at a time each (tests/conftest.py).
+XDIST := -n 2 --dist loadfile --no-loadscope-reorder
 
 .PHONY: all demo test test-fast test-onednn venv clean
 
@@ -26,13 +28,17 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/mtf_th demo
 
-# The whole suite (what CI runs): about 27 minutes on 2 cores, on TF's
-# default (Eigen) CPU kernels, then the strategy tests again with oneDNN's
-# kernels (test-onednn).  Each pass pins its kernel path, because TF picks
+# The whole suite (what CI runs) on TF's default (Eigen) CPU kernels, then
+# the strategy tests again with oneDNN's kernels (test-onednn).  The work
+# is CPU-bound Python (graph building) and TensorFlow subprocesses, so two
+# workers on 2 cores take about half of one process's time: the Eigen pass
+# took 61.7 min with one process on 2026-11-27 (3862 CPU-s, 2 cores shared
+# with a sweep), before the sharding matrices went to one run per code
+# path (52 graph runs fewer).  Each pass pins its kernel path, because TF picks
 # oneDNN by itself on CPUs with AVX-512 (Intel, and newer AMD EPYC such as
 # the test machine of 2026-11-26): left to TF, both passes could run oneDNN.
 test: $(STAMP)
-	TF_ENABLE_ONEDNN_OPTS=0 $(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
+	TF_ENABLE_ONEDNN_OPTS=0 $(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS) tests
 	$(MAKE) --no-print-directory test-onednn
 
 # The split strategies' cores run again with TF's oneDNN kernels forced on
@@ -40,18 +46,19 @@ test: $(STAMP)
 # Softmax refuses tensors of more than 5 dims (docs/sharding.md): every
 # non-matrix test of test_strategies.py (768 heads, errors, gin, greedy
 # decoding) and the batch:2 x model:4 column of its matrix, where the split
-# cores have the most dims.  tests/test_kernel_ranks.py checks the ranks of
+# cores have the most dims (the matrix's pre-flight-only checks build no
+# graph and are left out).  tests/test_kernel_ranks.py checks the ranks of
 # every strategy's graphs statically in the main run.  34 tests, 2.3 min
-# measured on 2 cores (2026-11-26).
+# measured on 2 cores with one process (2026-11-26).
 ONEDNN_TESTS := tests/test_strategies.py
-ONEDNN_SELECT := not test_sharded_equals_unsharded or batch2xmodel4
+ONEDNN_SELECT := (not test_sharded_equals_unsharded and not test_preflight) or batch2xmodel4
 test-onednn: $(STAMP)
-	TF_ENABLE_ONEDNN_OPTS=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS) -k "$(ONEDNN_SELECT)" $(ONEDNN_TESTS)
+	TF_ENABLE_ONEDNN_OPTS=1 $(BIN)/python -m pytest -q -n 2 --dist load $(PYTEST_ARGS) -k "$(ONEDNN_SELECT)" $(ONEDNN_TESTS)
 
 # The quick loop while developing: every test except those marked slow
 # (the full sharding matrices, the real sweep, fine-tuning, stock t5 script).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS) tests
+	$(BIN)/python -m pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS) tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,67 +1,378 @@
-"""auto_mtf.layout_and_mesh_shape's choice vs mtf_th plan's, on LMs.
+"""auto_mtf.layout_and_mesh_shape's choice vs mtf_th plan's, on the paper's rows.
 
-  PYTHONPATH=$PWD <a venv with ortools> benchmarks/auto_mtf_layout.py [NAME ...]
+  nice -n 19 .venv/bin/python benchmarks/auto_mtf_layout.py \\
+      --ortools /work/cache/ortools --csv /work/cache/auto_mtf_layout.csv
 
 Needs ortools (auto_mtf's CP-SAT layout optimizer), which the pinned stack
 does not install; ortools 9.7.2996 installs beside it without changing any
-pin (docs/costs.md).  For each configuration of CONFIGS (a decoder-only LM
-step graph, memory_measure.StepGraph's model, not lowered) auto_mtf picks
-the mesh shape and layout that minimise its own peak-memory estimate over
-the devices; the line gives its mesh, layout and estimate, and the
-planner's first candidate on tpu_v3 (the fastest that fits) with its
-memory.py prediction and step time.  auto_mtf optimises memory only; it
-has no step time to compare.
+pin (`pip install --no-deps --target /work/cache/ortools ortools==9.7.2996`,
+then give that directory as --ortools; docs/costs.md says why it is not in
+requirements.lock).
+
+For each row of ROWS (the paper's T5 Table 1 and its 768-head BERT row, as
+the gin files of gin/experiments build them at the paper's batch, with
+bfloat16 activations as on a TPU) and each device count of DEVICES, the
+training step's mtf graph (loss, gradients and the optimizer's update; not
+lowered) is built once per row and shared by both device counts, and
+auto_mtf searches it the way layout_and_mesh_shape does: for every mesh
+shape of at most two axes it asks its LayoutOptimizer (CP-SAT) for the
+layout minimising its own peak-memory estimate and keeps the smallest.
+Its scheduler's result (which tensors are live at each op) does not depend
+on the mesh, so it is computed once per row, not once per mesh shape; the
+CP-SAT solve runs with one worker and a deterministic time limit per mesh
+shape (--time_limit; the solver_status column says whether every solve
+proved its optimum, OPTIMAL, or stopped at the limit, FEASIBLE, or found
+nothing there, UNKNOWN: that mesh shape is then left out).
+
+Each CSV row gives auto_mtf's choice (mesh, layout, its own estimate), the
+same choice priced by memory.py and perf.py (the planner's predictors) on
+HARDWARE when memory.py models its layout (batch on one axis; on the other
+the heads dims with d_ff and vocab, as gin/layouts lay them out), and the
+planner's first candidate (planner.plan: the fastest that fits), with the
+seconds each stage took.  Finished cases are appended to --csv one line at
+a time and skipped when the command runs again, so it can run niced in the
+background in pieces.
 """
 import argparse
+import collections
+import csv
+import math
+import os
 import sys
+import time
 
-from mtf_talking_heads import compat
+from mtf_talking_heads import compat  # pylint: disable=unused-import
 
-SMALL = dict(d_k=16, num_layers=2, d_model=32, d_ff=64, vocab=128, batch=8,
-             length=32, heads=8, mesh_shape="model:4")
-# the paper's T5 dims as a decoder-only LM (12 layers, length 512, batch 128)
-PAPER = dict(d_k=32, heads=24, num_layers=12, d_model=768, d_ff=3072,
-             vocab=32128, batch=128, length=512, mesh_shape="model:8")
-CONFIGS = (
-    ("th_h8_n32", 4, dict(SMALL, variant="talking_heads")),
-    ("mh_h8_n32", 4, dict(SMALL, variant="multi_head")),
-    ("th_paper_lm", 8, dict(PAPER, variant="talking_heads")),
-)
+ROWS = tuple("t5_heads/%s" % name for name in (
+    "01_multi_head_6_128", "02_multi_head_12_64", "03_multi_head_24_32",
+    "04_multi_head_48_16", "05_talking_heads_6_128", "06_talking_heads_12_64",
+    "07_talking_heads_24_32", "08_talking_heads_48_16",
+    "09_multi_head_24_64", "10_general_bilinear_12", "11_raffel2019")) + (
+        "bert_heads/10_talking_heads_768_1",)
+DEVICES = (8, 32)
+HARDWARE = "tpu_v3"
+# the graph is built as a TPU runs it (gin/mtf_th.gin's float32 default is
+# for CPU): memory.py's "mtf_th" implementation
+BUILD_PARAMS = ("activation_dtype = 'bfloat16'", "mesh_shape = 'model:1'")
+IMPLEMENTATION = "mtf_th"
+TIME_LIMIT = 600.0  # CP-SAT deterministic time units per mesh shape
+COLUMNS = ("row", "devices", "auto_mesh", "auto_layout", "auto_estimate_gib",
+           "auto_memory_gib", "auto_step_s", "auto_fits", "plan_mesh",
+           "plan_strategy", "plan_memory_gib", "plan_step_s", "plan_fits",
+           "build_s", "schedule_s", "search_s", "time_limit_s",
+           "solver_status")
+HEADS_DIMS = ("heads", "heads_k", "heads_v", "groups")
+# the relative position bias' [buckets, heads] (32 x heads floats): auto_mtf
+# may split it anywhere; memory.py keeps it whole
+NEGLIGIBLE = ("buckets",)
+GiB = 2.0 ** 30
+
+
+def done_cases(path):
+  """{(row, devices)} already in the CSV at `path`."""
+  if not os.path.exists(path):
+    return set()
+  with open(path) as f:
+    return {(r["row"], int(r["devices"])) for r in csv.DictReader(f)}
+
+
+def append_row(path, values):
+  """Appends one CSV line (the header first if the file is new)."""
+  new = not os.path.exists(path) or os.path.getsize(path) == 0
+  with open(path, "a") as f:
+    writer = csv.writer(f, lineterminator="\n")
+    if new:
+      writer.writerow(COLUMNS)
+    writer.writerow(values)
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def gin_files(row):
+  return ["experiments/%s.gin" % row.split(" [")[0]]
+
+
+def gin_params(row):
+  """The bindings a case name carries: "ROW [a = 1; b = 2]" (a smaller
+  model than the paper's, to check the benchmark itself)."""
+  return row.split(" [")[1][:-1].split("; ") if " [" in row else []
+
+
+def case_name(row, params):
+  return "%s [%s]" % (row, "; ".join(params)) if params else row
+
+
+class StepGraph(object):
+  """The training step of a row's gin files as one mtf graph, not lowered.
+
+  Attributes: mtf_graph, loss (the final tensor), vocab, optimizer name.
+  """
+
+  def __init__(self, row):
+    import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
+    import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+    from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
+    from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
+    from mtf_talking_heads.training import model_size  # pylint: disable=g-import-not-at-top
+    from mtf_talking_heads.training import settings as settings_lib  # pylint: disable=g-import-not-at-top
+    settings_lib.parse_gin(gin_files(row),
+                           list(BUILD_PARAMS) + gin_params(row))
+    settings = settings_lib.Settings()
+    self.vocab = settings_lib.vocab_size()
+    self.optimizer = perf.model_from_gin(gin_files(row), gin_params(row),
+                                         vocab=self.vocab).optimizer
+    model = model_size.build_model(settings, settings.layout,
+                                   settings.mesh_shape)
+    self.graph = tf.Graph()
+    with self.graph.as_default():
+      self.mtf_graph = mtf.Graph()
+      _, self.loss = model_size.call_model(
+          model, settings, mtf.Mesh(self.mtf_graph, "mesh"))
+      variables = self.mtf_graph.trainable_variables
+      grads = mtf.gradients([self.loss], [v.outputs[0] for v in variables])
+      tf.train.get_or_create_global_step()
+      memory_measure.OPTIMIZERS[self.optimizer]().apply_grads(grads,
+                                                              variables)
+
+
+class Search(object):
+  """layout_and_mesh_shape's search, timed, its schedule computed once.
+
+  auto_mtf.api.layout_and_mesh_shape builds a MemoryEstimator and a
+  LayoutOptimizer per mesh shape; each runs the scheduler over the whole
+  graph, whose result does not depend on the mesh (tensor sizes unsplit).
+  Here the graph interface and its memory contents are computed once and
+  handed to every mesh shape's optimizer; the layouts and values are the
+  same as the library's.
+  """
+
+  def __init__(self, mtf_graph, outputs, time_limit):
+    from mesh_tensorflow.auto_mtf import graph_interface  # pylint: disable=g-import-not-at-top
+    from mesh_tensorflow.auto_mtf import layout_optimizer  # pylint: disable=g-import-not-at-top
+    from mesh_tensorflow.auto_mtf import scheduler  # pylint: disable=g-import-not-at-top
+    from ortools.sat.python import cp_model  # pylint: disable=g-import-not-at-top
+    start = time.time()
+    self.interface = graph_interface.GraphInterface(mtf_graph)
+    for t in outputs:
+      self.interface.set_tensor_final(t.name)
+    schedule = scheduler.minimize_peak_memory(self.interface, "LIST")
+    self.contents = maximal(
+        self.interface.compute_memory_contents_under_schedule(schedule))
+    self.schedule_s = time.time() - start
+    self.mtf_graph, self.outputs = mtf_graph, outputs
+    self.statuses = []
+    search = self
+
+    class LimitedSolver(cp_model.CpSolver):
+      """CpSolver with a time limit and one worker; records its status."""
+
+      def Solve(self, model, *args, **kwargs):  # pylint: disable=invalid-name
+        # deterministic time: the same work whatever else loads the cores
+        self.parameters.max_deterministic_time = time_limit
+        self.parameters.num_workers = 1
+        status = super().Solve(model, *args, **kwargs)
+        search.statuses.append(self.StatusName(status))
+        return status
+
+    class Optimizer(layout_optimizer.LayoutOptimizer):
+
+      def _get_memory_contents(self):
+        return search.contents
+
+    layout_optimizer.cp_model.CpSolver = LimitedSolver
+    self.optimizer_class = Optimizer
+    self.solver_error = layout_optimizer.SolverError
+
+  def run(self, devices):
+    """(layout string, mtf.Shape, its estimate in bytes) of `devices`."""
+    import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
+    from mesh_tensorflow.auto_mtf import api  # pylint: disable=g-import-not-at-top
+    from mesh_tensorflow.auto_mtf import memory_estimator  # pylint: disable=g-import-not-at-top
+    best = None
+    for sizes in api._mesh_shape_iterator(devices, 2):  # pylint: disable=protected-access
+      mesh = mtf.Shape([mtf.Dimension("mesh_%d" % i, s)
+                        for i, s in enumerate(sizes)])
+      estimator = memory_estimator.MemoryEstimator(self.mtf_graph, mesh,
+                                                   self.outputs)
+      estimator._graph_interface = self.interface  # pylint: disable=protected-access
+      optimizer = self.optimizer_class(estimator)
+      try:
+        layout = optimizer.solve()
+      except self.solver_error:  # no layout within the limit (UNKNOWN)
+        continue
+      value = optimizer.evaluate_layout(layout)
+      if best is None or value < best[2]:
+        best = (layout, mesh, value)
+    return best
+
+
+def maximal(contents):
+  """The sets of `contents` that are not subsets of a neighbour.
+
+  contents[i] is what is live at op i of the schedule; a tensor is live
+  over an interval of ops, so a set inside another set is inside its
+  neighbour.  auto_mtf puts one constraint sum(sizes of a set) <= peak per
+  set: a subset's constraint is implied by its superset's (sizes are not
+  negative), and the peak evaluate_layout takes over the sets is the same.
+  Building the CP-SAT model is most of the search's time, a quarter less
+  with these alone.
+  """
+  last = len(contents) - 1
+  return [s for i, s in enumerate(contents)
+          if not ((i < last and s <= contents[i + 1]) or
+                  (i > 0 and s <= contents[i - 1]))]
+
+
+def planner_mesh(layout, mesh):
+  """auto_mtf's (layout, mtf.Shape) as ("batch:B,model:P", model-axis dims).
+
+  Dims of NEGLIGIBLE are left out.  None when memory.py has no model of
+  it: the batch shares its axis with
+  another dim, two axes split non-batch dims, or the model axis splits a
+  dim other than the heads dims or leaves d_ff or vocab whole.
+  """
+  sizes = collections.OrderedDict((d.name, d.size) for d in mesh.dims)
+  on = collections.defaultdict(list)
+  for pair in filter(None, layout.split(";")):
+    dim, axis = pair.split(":")
+    if dim not in NEGLIGIBLE:
+      on[axis].append(dim)
+  batch = [a for a in sizes if "batch" in on[a]]
+  if batch and len(on[batch[0]]) > 1:
+    return None
+  rest = [a for a in sizes if a not in batch and sizes[a] > 1]
+  if len(rest) > 1:
+    return None
+  b = sizes[batch[0]] if batch else 1
+  p = math.prod(sizes[a] for a in rest)
+  dims = sorted(on[rest[0]]) if rest else []
+  if p > 1 and (not {"d_ff", "vocab"} <= set(dims) or any(
+      d not in HEADS_DIMS + ("d_ff", "vocab") for d in dims)):
+    return None
+  return "batch:%d,model:%d" % (b, p), dims
+
+
+def price(model, mesh_shape, dims):
+  """(memory.py bytes, perf.py step seconds or None) of a heads-parallel
+  model on mesh_shape with `dims` on its model axis; the step time only
+  when that is the planner's layout (perf.py prices no other)."""
+  from mtf_talking_heads import memory  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
+  p = perf.parse_mesh(mesh_shape)["model"]
+  rules = ",".join(["batch:batch"] + ["%s:model" % d for d in dims])
+  total = memory.predict(model, mesh_shape, IMPLEMENTATION,
+                         layout=rules)["total"]
+  planned = {r for r in planner.layout(model, p).split(",")}
+  step = None
+  if p == 1 or set(rules.split(",")) == planned:
+    step = perf.predict(model, perf.get_hardware(HARDWARE), mesh_shape,
+                        memory.implementation(IMPLEMENTATION))["step_s"]
+  return total, step
+
+
+def case_row(row, devices, graph, search, build_s, time_limit):
+  """The CSV values of one (row, devices) case."""
+  from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
+  start, search.statuses = time.time(), []
+  found = search.run(devices)
+  search_s = time.time() - start
+  model = perf.model_from_gin(gin_files(row), gin_params(row),
+                              vocab=graph.vocab)
+  auto = ("n/a",) * 6  # no mesh shape solved within the limit
+  if found is not None:
+    layout, mesh, estimate = found
+    auto = (";".join("%s:%d" % (d.name, d.size) for d in mesh.dims), layout,
+            "%.2f" % (estimate / GiB), "n/a", "n/a", "n/a")
+    translated = planner_mesh(layout, mesh)
+    if translated is not None:
+      total, step = price(model, *translated)
+      auto = auto[:3] + (
+          "%.2f" % (total / GiB), "n/a" if step is None else "%.4f" % step,
+          "yes" if total <= planner.usable_bytes(HARDWARE, devices)
+          else "no")
+  best = planner.plan(model, HARDWARE, devices, IMPLEMENTATION)[0]
+  return (row, devices) + auto + (
+      best.mesh_shape, best.strategy + ("+recompute" if best.recompute
+                                        else ""),
+      "%.2f" % (best.memory["total"] / GiB), "%.4f" % best.step_s,
+      "yes" if best.fits else "no", "%.0f" % build_s,
+      "%.0f" % search.schedule_s, "%.0f" % search_s, "%.0f" % time_limit,
+      "/".join(sorted(set(search.statuses))))
+
+
+def print_table(path, rows, devices):
+  """The CSV's cases (columns auto_* and plan_*) as markdown, then the
+  cases of rows x devices not in it."""
+  from mtf_talking_heads import commands  # pylint: disable=g-import-not-at-top
+  shown = COLUMNS[:13] + ("search_s", "solver_status")
+  cells = []
+  if os.path.exists(path):
+    with open(path) as f:
+      cells = [[r[c] for c in shown] for r in csv.DictReader(f)]
+  sys.stdout.write(commands.format_table(shown, cells, "md", text_columns=(
+      "row", "auto_mesh", "auto_layout", "plan_mesh", "plan_strategy",
+      "solver_status")))
+  done = done_cases(path)
+  pending = ["%s at %d" % (r, d) for r in rows for d in devices
+             if (r, d) not in done]
+  print("\n%d of %d cases measured; pending: %s" % (
+      len(rows) * len(devices) - len(pending), len(rows) * len(devices),
+      ", ".join(pending) or "none"))
+  return 0
 
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("names", nargs="*", metavar="NAME",
-                      help="only these CONFIGS (default: all)")
-  names = parser.parse_args(argv).names
-  compat.split_cpu(4)
-  import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
-  from mesh_tensorflow import auto_mtf  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
-  for name, devices, kw in CONFIGS:
-    if names and name not in names:
+  parser.add_argument("rows", nargs="*", metavar="ROW",
+                      help="only these ROWS, e.g. t5_heads/07_talking_heads_"
+                      "24_32 (default: all)")
+  parser.add_argument("--csv", required=True, metavar="FILE",
+                      help="append one line per finished case; cases "
+                      "already there are skipped")
+  parser.add_argument("--devices", type=int, action="append",
+                      help="device counts (powers of two; default 8 and 32)")
+  parser.add_argument("--gin_param", action="append", default=[],
+                      metavar="BINDING", help="a binding for every row, e.g. "
+                      "\"num_layers = 1\" (the case is named ROW [BINDING])")
+  parser.add_argument("--table", action="store_true",
+                      help="print the CSV's cases as a markdown table and "
+                      "name the pending ones; run nothing")
+  parser.add_argument("--ortools", metavar="DIR",
+                      help="a directory holding ortools (pip --target), put "
+                      "first on sys.path")
+  parser.add_argument("--time_limit", type=float, default=TIME_LIMIT,
+                      metavar="T", help="CP-SAT deterministic time limit "
+                      "per mesh shape (its work units, about seconds of one "
+                      "core; not wall time, which a loaded machine "
+                      "stretches; default %g)" % TIME_LIMIT)
+  args = parser.parse_args(argv)
+  if args.ortools:
+    sys.path.insert(0, args.ortools)
+  for row in args.rows:
+    if row not in ROWS:
+      parser.error("unknown row %r; choose from %s" % (row, ", ".join(ROWS)))
+  devices = tuple(args.devices or DEVICES)
+  if args.table:
+    return print_table(args.csv, [case_name(r, args.gin_param)
+                                  for r in args.rows or ROWS], devices)
+  done = done_cases(args.csv)
+  for row in args.rows or ROWS:
+    row = case_name(row, args.gin_param)
+    todo = [d for d in devices if (row, d) not in done]
+    if not todo:
       continue
-    config = memory_measure.MeasureConfig(**kw)
-    graph = memory_measure.StepGraph(config, lower=False)
-    layout, mesh = auto_mtf.layout_and_mesh_shape(graph.mtf_graph, devices,
-                                                  [graph.mtf_loss])
-    estimator = memory_measure.load_auto_mtf("memory_estimator")
-    optimizer = memory_measure.load_auto_mtf("layout_optimizer")
-    value = optimizer.LayoutOptimizer(estimator.MemoryEstimator(
-        graph.mtf_graph, mesh, [graph.mtf_loss])).evaluate_layout(
-            ";".join("%s:%s" % p for p in sorted(layout._pairs)))  # pylint: disable=protected-access
-    model = memory_measure.attention_model(config)
-    best = planner.plan(model, "tpu_v3", devices)[0]
-    print("%s: auto_mtf mesh %s layout %s, its estimate %d bytes/device; "
-          "planner: %s %s, %d bytes/device, %.4f s" % (
-              name, mtf.convert_to_shape(mesh), ";".join(
-                  "%s:%s" % p for p in sorted(layout._pairs)),  # pylint: disable=protected-access
-              value, best.mesh_shape,
-              best.strategy + ("+recompute" if best.recompute else ""),
-              best.memory["total"],
-              best.step_s))
-    graph.close()
+    start = time.time()
+    graph = StepGraph(row)
+    build_s = time.time() - start
+    search = Search(graph.mtf_graph, [graph.loss], args.time_limit)
+    print("%s: graph built in %.0f s, scheduled in %.0f s" % (
+        row, build_s, search.schedule_s), flush=True)
+    for d in todo:
+      values = case_row(row, d, graph, search, build_s, args.time_limit)
+      append_row(args.csv, values)
+      print(",".join(str(v) for v in values), flush=True)
   return 0
 
 

@@ -140,12 +140,21 @@ def runtime_version(accelerator):
   return "tpu-vm-tf-2.15.0-se" if single_host else "tpu-vm-tf-2.15.0-pod-se"
 
 
+def hardware_of(accelerator):
+  """perf.py's hardware name of an accelerator type, e.g. v3-32: tpu_v3."""
+  return "tpu_v%s" % accelerator[1]
+
+
 def gin_args(args):
   """(gin files, gin bindings) that train and eval receive."""
   mesh, layout = mesh_for(args.accelerator, args.parallelism)
   files = [args.experiment] + args.gin_file
+  # Auto predicts step time and memory for the slice's TPU (its default
+  # hardware is the CPU the mesh runs on elsewhere)
   params = ['mesh_shape = "%s"' % mesh, 'layout = "%s"' % layout,
-            'activation_dtype = "bfloat16"'] + args.gin_param
+            'activation_dtype = "bfloat16"',
+            'mtf_th.Auto.hardware = "%s"' % hardware_of(args.accelerator)
+            ] + args.gin_param
   return files, params
 
 
@@ -236,7 +245,7 @@ def preflight(args):
                      % (args.accelerator, args.parallelism, e))
   from mtf_talking_heads import fit_check  # pylint: disable=g-import-not-at-top
   line = fit_check.warning("launch/tpu.py", files, params,
-                           "tpu_v%s" % args.accelerator[1],
+                           hardware_of(args.accelerator),
                            devices_of(args.accelerator))
   if line:
     print(line, file=sys.stderr)

@@ -320,15 +320,20 @@ def explain_auto(config, mesh_shape, layout=None):
   chosen, predicted, table = auto.choose(layer.dims, mesh, config.batch,
                                          config.length, config.d_model,
                                          config.dynamic)
+  seconds = {c.name: c.seconds for c in auto.priced or ()}
   lines = []
   for name, value in table.items():
     if isinstance(value, str):
       lines.append("auto: %s does not apply: %s" % (name,
                                                     value.splitlines()[0]))
     else:
-      lines.append("auto: %s predicts %d bytes/device" % (name, value))
-  lines.append("auto picks %s (%d bytes/device predicted, the fewest)"
-               % (chosen.name, predicted))
+      lines.append("auto: %s predicts %d bytes/device%s" % (
+          name, value, "" if name not in seconds else
+          ", %+.4f ms of step time" % (1e3 * seconds[name])))
+  lines.append("auto picks %s (%d bytes/device predicted; the fastest "
+               "predicted on %s: planner.price_layer, relative to the "
+               "heads-parallel compute)" % (chosen.name, predicted,
+                                            auto.hardware))
   return lines
 
 

@@ -157,6 +157,10 @@ def _check_configurable(param, statement, used_configurables):
     return
   if configurable.selector in used_configurables:
     return
+  if _short(configurable.selector) == "mtf_th.Auto" and any(
+      _short(s).startswith("mtf_th.") and s.endswith("Attention")
+      for s in used_configurables):
+    return  # every mtf_th attention layer's default strategy
   if configurable.selector in (TPU_MESH_SHAPE, MTF_MODEL):
     raise ValueError(_mesh_message(param, configurable, statement.arg_name,
                                    statement.value))

@@ -100,6 +100,7 @@ class GinConfig(object):
 
   Attributes:
     includes: every file included, in reading order.
+    imports: the modules the files import (``import a.b``), in reading order.
     origins: {macro: the file that set it last (None: a gin_param)}.
   """
 
@@ -108,6 +109,7 @@ class GinConfig(object):
     self.origins = {}
     self._bindings = {}
     self.includes = []
+    self.imports = []
     for name in gin_files:
       path = gin_path(name, None, gin_dir)
       self.includes.append(name)
@@ -122,6 +124,8 @@ class GinConfig(object):
         path = gin_path(statement.filename, including_file, gin_dir)
         self.includes.append(statement.filename)
         _collect(path, self, gin_dir, stack)
+      elif isinstance(statement, config_parser.ImportStatement):
+        self.imports.append(statement.module)
       elif isinstance(statement, config_parser.BindingStatement):
         key = _binding_key(statement)
         if key is None:

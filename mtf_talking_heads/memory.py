@@ -390,6 +390,70 @@ def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
   return out
 
 
+def predict_forward(model, mesh_shape="batch:1", impl="mtf_th", layout=None):
+  """Predicted bytes per device of one forward pass (eval, decode).
+
+  No gradients, optimizer slots or activations kept for a backward pass:
+
+    peak = weights + the outputs of earlier stacks (the encoder's, which
+           the decoder's encdec attention reads) + the largest of: one
+           layer's live tensors (attention: its input, norm, output, Q, K,
+           V, O and two n x m x heads tensors, a projection's or the
+           softmax's input and output; feed-forward: 3 X and the hidden
+           layer before and after the ReLU) and the logits with their
+           log-softmax.
+
+  An upper bound for incremental decoding, which runs one position at a
+  time on a key/value cache smaller than a full pass's K and V.
+
+  Example (the 2-layer LM of the module docstring, float32): the attention
+  layer's 3 X + Q, K, V, O (8 x 32 x (3 x 32 + 4 x 4 x 16) floats) and two
+  8 x 32 x 32 x 4 tensors are 622592 bytes, more than the logits
+  (2 x 8 x 32 x 128 floats) and the feed-forward layer:
+
+  >>> att = perf.make_attention("talking_heads", 4, 16, heads_k=4, heads_v=4)
+  >>> model = perf.make_model("lm", 2, 32, 64, 128, 8, 32, 32, dec_self=att,
+  ...                         relative_bias=False)
+  >>> predict_forward(model, "batch:1", "mtf_th_float32")["activations"]
+  622592.0
+
+  Args:
+    model, mesh_shape, impl, layout: as predict().
+  Returns:
+    dict of bytes per device: weights, activations, total.
+  Raises:
+    ValueError: naming the bad argument.
+  """
+  if not isinstance(model, perf.Model):
+    raise ValueError("model must be a perf.Model, got %r" % (model,))
+  impl = implementation(impl)
+  mesh = perf.parse_mesh(mesh_shape)
+  if model.batch % mesh["batch"]:
+    raise ValueError("batch %d is not divisible by the mesh's batch axis "
+                     "(%d)" % (model.batch, mesh["batch"]))
+  b, p = model.batch // mesh["batch"], mesh["model"]
+  e = impl.activation_bytes
+  earlier = peak = 0.0
+  for _, n, placements in stacks(model):
+    x = b * n * model.d_model
+    layer = (3 * x + 2 * b * n * model.d_ff / p) * e
+    for placement, m in placements:
+      att = getattr(model, placement)
+      roles = split_roles(att, layout)
+      kept = attention_kept(att, model.d_model, n, m, b, p, impl,
+                            recompute=True, roles=roles)[0]
+      core = _largest_core(att, b, n, m, p, "heads", roles)
+      layer = max(layer, kept + 2 * core * impl.core_bytes)
+    peak = max(peak, earlier + layer)
+    earlier += x * e
+  logits = b * loss_positions(model) * model.vocab / p * e
+  peak = max(peak, earlier + 2 * logits)
+  weights = state_elements(model, p, layout)[0] * MASTER_BYTES
+  return collections.OrderedDict([("weights", weights),
+                                  ("activations", peak),
+                                  ("total", weights + peak)])
+
+
 # Memory per device (an mtf device, as perf.Hardware counts them), bytes:
 DEVICE_MEMORY = {
     # 16 GiB HBM per chip, two TensorCores (Jouppi et al. 2020, Table 3)

@@ -69,7 +69,7 @@ recompute: the core recomputed in the backward pass (recompute.RecomputeCore,
 heads_parallel only).
 """
 
-_OPTIMIZERS = {
+OPTIMIZERS = {
     "adafactor": lambda: mtf.optimize.AdafactorOptimizer(learning_rate=0.01),
     "adam": lambda: optimizers.BertAdamOptimizer(learning_rate=0.01),
     "lamb": lambda: optimizers.LambOptimizer(learning_rate=0.01),
@@ -161,7 +161,7 @@ class StepGraph(object):
       variables = mtf_graph.trainable_variables
       grads = mtf.gradients([loss], [v.outputs[0] for v in variables])
       tf.train.get_or_create_global_step()
-      updates = _OPTIMIZERS[config.optimizer]().apply_grads(grads, variables)
+      updates = OPTIMIZERS[config.optimizer]().apply_grads(grads, variables)
       self.mtf_graph, self.mtf_loss = mtf_graph, loss
       self.mesh_shape = config.mesh_shape
       self.session = None

@@ -855,7 +855,13 @@ def model_from_gin(gin_files, gin_params=(), vocab=PAPER_T5["vocab"],
   from mtf_talking_heads import gin_paths  # pylint: disable=g-import-not-at-top
   gin_dir = gin_dir or gin_paths.gin_dir()
   config = gin_reader.GinConfig(gin_files, gin_params, gin_dir)
-  where = ", ".join(gin_files) or "the gin files"
+  return model_from_config(config, ", ".join(gin_files) or "the gin files",
+                           vocab)
+
+
+def model_from_config(config, where, vocab=PAPER_T5["vocab"]):
+  """model_from_gin's Model from a gin_text.GinConfig (or an object that
+  answers its binding, get, require and `in`); `where` names it in errors."""
 
   def get(name):
     return config.require(name, where)

@@ -1,7 +1,9 @@
 """Which mesh, layout and strategy: memory.py's fit, perf.py's step time.
 
-Pure Python (no TensorFlow): `mtf_th plan` and the pre-flight warnings of
-`mtf_th train` and launch/tpu.py use it.
+Pure Python (no TensorFlow): `mtf_th plan`, the pre-flight checks of
+`mtf_th train` and launch/tpu.py (fit_check.py) and sharding.Auto's choice
+(price_layer and pick, by the same strategy_seconds as plan()'s step time)
+use it.
 
 For N devices, plan() enumerates
 
@@ -120,27 +122,219 @@ def _core_forward(ops):
       op.name[:1] in ("L", "U") and op.name[1:].isdigit())]
 
 
-def _adjust(model, hw, impl, b, p, batch_axis, strategy, recompute):
-  """(seconds added to perf's step, of which network) by the strategy."""
+def strategy_seconds(strategy, ring, att, d_model, n, m, b, p, hw, impl,
+                     recompute=False, placement="layer"):
+  """(seconds, network seconds) of one attention layer's strategy-dependent
+  part: what separates the strategies' predicted step times.
+
+  Args:
+    strategy: a key of STRATEGIES.
+    ring: elements one device sends for the layer under `strategy`
+      (ring_elements, prices.predict).
+    att: a perf.Attention.
+    d_model, n, m: model size, query and memory lengths.
+    b: examples of one group of the strategy's axis.
+    p: the size of that axis.
+    hw: a perf.Hardware; impl: a perf.Implementation.
+    recompute: the core is recomputed in the backward pass.
+    placement: a label for perf.attention_ops.
+  Returns:
+    the ring's seconds, less the softmax a split strategy no longer
+    replicates (the variants that mix heads keep `heads` whole under
+    heads-parallel), plus the recomputed core's forward ops; and the
+    ring's seconds alone.
+  """
   eff = hw.efficiency
-  network = compute = 0.0
-  for placement, att, n, m in attentions(model):
-    s = strategy if applies(strategy, att, b, n, p) else "heads_parallel"
-    ring = (ring_elements(s, att, model.d_model, n, m, b, p, batch_axis) -
-            ring_elements("heads_parallel", att, model.d_model, n, m, b, p))
-    network += ring * impl.activation_bytes / (
-        hw.ici_bytes_per_s * eff.network)
-    ops = perf.attention_ops(att, model.d_model, n, m, b, impl, placement)
-    mixes = att.mixes_heads
+  network = ring * impl.activation_bytes / (hw.ici_bytes_per_s * eff.network)
+  compute = 0.0
+  if (strategy != "heads_parallel" and att.mixes_heads) or recompute:
+    ops = perf.attention_ops(att, d_model, n, m, b, impl, placement)
     softmax = sum(_op_s(op, hw, eff) for op in ops if op.name == "softmax")
-    if s != "heads_parallel" and mixes:
+    if strategy != "heads_parallel" and att.mixes_heads:
       compute -= softmax * (1 - 1.0 / p)
     if recompute:
-      whole = mixes and s == "heads_parallel"
+      whole = att.mixes_heads and strategy == "heads_parallel"
       compute += sum(_op_s(op, hw, eff) for op in _core_forward(ops)) / p
       compute += softmax * 3.0 / 8 / (1 if whole else p)  # 3 of 8 passes
+  return network + compute, network
+
+
+def _adjust(model, hw, impl, b, p, batch_axis, strategy, recompute):
+  """(seconds added to perf's step, of which network) by the strategy."""
+  total = network = 0.0
+  for placement, att, n, m in attentions(model):
+    s = strategy if applies(strategy, att, b, n, p) else "heads_parallel"
+    base = strategy_seconds(
+        "heads_parallel",
+        ring_elements("heads_parallel", att, model.d_model, n, m, b, p), att,
+        model.d_model, n, m, b, p, hw, impl, placement=placement)
+    mine = strategy_seconds(
+        s, ring_elements(s, att, model.d_model, n, m, b, p, batch_axis), att,
+        model.d_model, n, m, b, p, hw, impl, recompute, placement)
+    total += mine[0] - base[0]
+    network += mine[1] - base[1]
   layers = model.num_layers
-  return (network + compute) * layers, network * layers
+  return total * layers, network * layers
+
+
+Priced = collections.namedtuple("Priced", ["name", "seconds", "memory"])
+Priced.__doc__ = """One candidate of Auto: its strategy-dependent seconds
+(strategy_seconds) and the step's bytes per device (None: not predicted)."""
+
+
+def pick(priced, usable):
+  """The candidate to run: the fastest that fits, else the smallest.
+
+  The chooser of sharding.Auto (plan() ranks whole candidates the same
+  way: fitting ones by step time, then the others by memory).
+
+  Args:
+    priced: [Priced], in order of preference on ties.
+    usable: bytes of one device a step may use (usable_bytes).
+  Returns:
+    (the chosen Priced, True if it fits).  A candidate whose memory is
+    None counts as fitting.  Ties: the faster, then the earlier.
+
+  Example (bytes and time disagree, the slower one does not fit):
+    pick([Priced("a", 1.0, 9e9), Priced("b", 2.0, 5e9)], 8e9)
+    == (Priced("b", 2.0, 5e9), True)
+  """
+  if not priced:
+    raise ValueError("no candidate to pick from")
+  fitting = [c for c in priced if c.memory is None or c.memory <= usable]
+  if fitting:
+    return min(fitting, key=lambda c: (c.seconds, priced.index(c))), True
+  return min(priced, key=lambda c: (c.memory, c.seconds,
+                                    priced.index(c))), False
+
+
+def price_layer(rings, att, d_model, n, m, b, p, hardware, impl=None,
+                model=None, mesh_shape=None, layout=None):
+  """[Priced] of one attention layer's candidates (sharding.Auto's).
+
+  Args:
+    rings: {strategy: elements one device sends for the layer} of the
+      candidates that apply (prices.predict on the layer's mesh), in order
+      of preference.
+    att: the layer's perf.Attention; d_model, n, m: sizes.
+    b: examples of one group of the strategy's axis; p: its size.
+    hardware: a perf hardware name.
+    impl: a perf implementation (None: as plan()).
+    model: the whole perf.Model being built, or None: memory not predicted.
+    mesh_shape: "batch:B,model:P" (memory.predict's) when model is given.
+    layout: the layout rules the model runs with (memory.predict's).
+  Returns:
+    [Priced]: seconds by strategy_seconds (perf.py's ops and hardware, the
+    planner's), memory by memory.predict with every attention layer on
+    that strategy.
+  """
+  hw = perf.get_hardware(hardware)
+  impl = memory.implementation(
+      impl or ("mtf_th_float32" if hw.name == "cpu" else "mtf_th"))
+  out = []
+  for name, ring in rings.items():
+    seconds = strategy_seconds(name, ring, att, d_model, n, m, b, p, hw,
+                               impl)[0]
+    total = None
+    if model is not None:
+      total = memory.predict(model, mesh_shape, impl, name,
+                             layout=layout)["total"]
+    out.append(Priced(name, seconds, total))
+  return out
+
+
+def attention_of(dims, dynamic=(), layer_class=None):
+  """The perf.Attention of a layer's attention.AttentionDims.
+
+  Args:
+    dims: attention.AttentionDims (heads sizes per group) or alike.
+    dynamic: the layer's dynamic terms.
+    layer_class: the mtf_th layer class name (None: the variant its dims
+      imply; general bilinear needs its class).
+
+  Example:
+    attention_of(layers.TalkingHeadsAttention(heads_k=8, heads=4,
+                 heads_v=8).dims).variant == "talking_heads"
+  """
+  variant = None
+  for name in spec_lib.VARIANTS:
+    if layer_class in spec_lib.layer_class_names(name):
+      variant = name
+  if variant is None:
+    variant = spec_lib.GROUPED if dims.groups is not None else {
+        (True, True): "talking_heads", (True, False): "project_logits",
+        (False, True): "project_weights", (False, False): "multi_head"}[
+            dims.project_logits, dims.project_weights]
+  v = spec_lib.VARIANT[variant]
+  g = dims.groups.size if dims.groups is not None else 1
+  return perf.make_attention(
+      variant, dims.heads.size * g, dims.d_k.size, dims.d_v.size,
+      dims.heads_k.size * g if v.project_logits else None,
+      dims.heads_v.size * g if v.project_weights else None,
+      tuple(dynamic), dims.groups.size if dims.groups is not None else None)
+
+
+def model_from_live_gin(vocab, batch=None):
+  """The perf.Model of gin's current configuration, or None.
+
+  What sharding.Auto reads while `mtf_th train` (or any command that
+  parsed the gin files) builds the graph: perf.model_from_gin's macros,
+  from the bindings gin holds now.  None when they do not describe a model
+  perf.py reads (a test harness building layers by hand).
+
+  Args:
+    vocab: the model's vocabulary size.
+    batch: the batch the graph is built with (None: batch_size).
+  """
+  try:
+    model = perf.model_from_config(_LiveGin(), "the gin configuration", vocab)
+  except (ValueError, TypeError, KeyError):
+    return None
+  return model if batch is None else model._replace(batch=batch)
+
+
+def model_for_layer(vocab, batch, att, d_model, n):
+  """model_from_live_gin's Model if it holds this layer, else None.
+
+  The layer's attention, d_model and length must be the model's: gin may
+  still hold another configuration than the graph being built (a test
+  building layers by hand after a command parsed a model).
+  """
+  model = model_from_live_gin(vocab, batch)
+  if model is None or model.d_model != d_model or n not in (
+      model.inputs_length, model.targets_length) or all(
+          a != att for _, a, _, _ in attentions(model)):
+    return None
+  return model
+
+
+class _LiveGin(object):
+  """gin_text.GinConfig's questions answered by gin's current bindings."""
+
+  def __init__(self):
+    from mtf_talking_heads import models  # pylint: disable=g-import-not-at-top
+    self._query = models.query
+
+  def _convert(self, value):
+    import gin  # pylint: disable=g-import-not-at-top
+    from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
+    if isinstance(value, gin.config.ConfigurableReference):
+      return gin_text.Reference(value.selector, value.evaluate)
+    return value
+
+  def binding(self, key, default=None):
+    return self._convert(self._query(key, default))
+
+  def __contains__(self, name):
+    return self._query(name) is not None
+
+  def get(self, name, default=None):
+    return self._convert(self._query(name, default))
+
+  def require(self, name, where):
+    if name not in self:
+      raise ValueError("%s does not define the gin macro %r" % (where, name))
+    return self.get(name)
 
 
 def gin_bindings(model, mesh_shape, strategy, recompute):

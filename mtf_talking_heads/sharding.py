@@ -46,7 +46,8 @@ costs; P = size of the mesh axis, S = elements of one tensor):
                   all-gathered: 0.875x multi-head at t5.1.th.base, any P.
   Auto            the default: prices every strategy that applies with
                   prices.predict (the strategies' ring-cost formulas,
-                  TensorFlow-free in prices.py) and runs the cheapest.
+                  TensorFlow-free in prices.py) and runs the fastest of
+                  those predicted to fit (planner.price_layer, pick).
 
 All of them compute the core with kernels.ordered_core: the paper's J, L, W,
 U, O with the n x m x heads tensors heads-major, the projections as batched
@@ -72,6 +73,8 @@ import tensorflow.compat.v1 as tf
 from mtf_talking_heads import attention
 from mtf_talking_heads import compat
 from mtf_talking_heads import kernels
+from mtf_talking_heads import perf
+from mtf_talking_heads import planner
 from mtf_talking_heads import prices
 from mtf_talking_heads import spec
 from mtf_talking_heads import validation
@@ -887,13 +890,19 @@ def describe_choice(layer_name, mesh, batch, length, name, predicted, table,
 
 @gin.configurable(module="mtf_th")
 class Auto(Strategy):
-  """The cheapest strategy that applies, chosen when the layer is built.
+  """The fastest strategy that fits, chosen when the layer is built.
 
   Reads the mesh and layout the model was built for, the batch size and
-  the lengths, prices every candidate with predict_ring_elements (the
-  formulas that tests/test_auto.py checks against mtf's counters) and runs
-  the cheapest one that applies (ties: the earlier candidate), logging one
-  line with its predicted bytes per device and those of the others.  Its
+  the lengths, prices every candidate that applies with
+  predict_ring_elements (the formulas that tests/test_auto.py checks
+  against mtf's counters) and, with the planner's predictors
+  (planner.price_layer: those bytes over `hardware`'s network plus the
+  softmax a split strategy stops replicating, perf.py's; memory.py's step
+  memory for the model gin describes, when it describes one), runs the
+  fastest of those predicted to fit one device of `hardware`
+  (planner.pick; ties: the earlier candidate), or, if none fits, the
+  smallest, saying so in one logged line.  It logs one line with its
+  pick's predicted bytes per device and those of the others.  Its
   layout rule (core_shard on the mesh axis) is the split strategies' one:
   when it picks one of them and the layout lacks the rule, it adds it to
   the model's mtf.LayoutRules (add_layout_rules), the object the mesh
@@ -906,6 +915,9 @@ class Auto(Strategy):
     shard_dim: their shard dim (the layout must map it to mesh_axis).
     candidates: names (keys of STRATEGIES) to choose from, in order of
       preference on ties.
+    hardware: the perf.py hardware whose step time and device memory it
+      predicts (None: "cpu", the logical CPU devices `mtf_th train` runs
+      the mesh on here; launch/tpu.py binds the slice's, e.g. "tpu_v3").
   """
 
   name = "auto"
@@ -913,7 +925,9 @@ class Auto(Strategy):
   def __init__(self, mesh_axis="model", shard_dim=spec.CORE_SHARD,
                candidates=("heads_parallel", "batch_split_gathered",
                            "batch_split", "batch_query_split", "query_split",
-                           "query_split_allgather")):
+                           "query_split_allgather"), hardware=None):
+    if hardware is not None:
+      perf.get_hardware(hardware)  # a bad name fails naming the valid ones
     for c in candidates:
       if c not in STRATEGIES:
         raise ValueError("candidates: unknown strategy %r; choose from %s"
@@ -923,7 +937,10 @@ class Auto(Strategy):
     self.mesh_axis = mesh_axis
     self.shard_dim = shard_dim
     self.candidates = tuple(candidates)
+    self.hardware = hardware or "cpu"
     self.picked = None  # the name of the strategy last run
+    self.note = None  # the line saying nothing fits, if nothing did
+    self.priced = None  # [planner.Priced] of the last choice (None: one)
 
   def layout_rules(self):
     return [(self.shard_dim, self.mesh_axis)]
@@ -946,7 +963,7 @@ class Auto(Strategy):
                       [(self.shard_dim, self.mesh_axis)])
 
   def choose(self, dims, mesh, batch, length, d_model, dynamic=(),
-             memory_length=None, add_rule=True):
+             memory_length=None, add_rule=True, model=None, layer_class=None):
     """(strategy, predicted bytes per device, {name: bytes or reason}).
 
     Args:
@@ -956,6 +973,9 @@ class Auto(Strategy):
         predict_ring_elements.
       add_rule: price the split strategies as if the layout had this
         strategy's rule (with_rule), which _chosen then adds.
+      model: the whole perf.Model (planner.model_from_live_gin), or None:
+        memory not predicted.
+      layer_class: the layer's class name (planner.attention_of).
     Raises:
       ValueError: if no candidate applies (the first one's reason).
     """
@@ -976,8 +996,43 @@ class Auto(Strategy):
     priced = [n for n in self.candidates if not isinstance(table[n], str)]
     if not priced:
       raise first_error
-    best = min(priced, key=lambda n: (table[n], self.candidates.index(n)))
+    best = self._pick(dims, mesh, batch, length, d_model, dynamic,
+                      memory_length, {n: table[n] / BYTES_PER_ELEMENT
+                                      for n in priced}, model, layer_class)
     return self._make(best), table[best], table
+
+  def _pick(self, dims, mesh, batch, length, d_model, dynamic, memory_length,
+            rings, model, layer_class):
+    """planner.pick over planner.price_layer; sets note and priced."""
+    self.note = self.priced = None
+    if len(rings) == 1:
+      return next(iter(rings))
+    batch_axis = mesh.axis_of(BATCH)
+    groups = mesh.axis_size(batch_axis) if batch_axis else 1
+    p = mesh.axis_size(self.mesh_axis)
+    axes = {d.name for d in mesh.mesh_shape.dims}
+    shape = rules = None
+    if model is not None and axes <= {batch_axis, self.mesh_axis}:
+      shape = "batch:%d,model:%d" % (groups, p)
+      names = {batch_axis: "batch", self.mesh_axis: "model"}
+      rules = ";".join("%s:%s" % (d, names[a]) for d, a in
+                       mesh.rules._pairs if a in names)  # pylint: disable=protected-access
+    else:
+      model = None
+    priced = planner.price_layer(
+        rings, planner.attention_of(dims, dynamic, layer_class), d_model,
+        length, memory_length or length, batch // groups, p, self.hardware,
+        model=model, mesh_shape=shape, layout=rules)
+    usable = planner.usable_bytes(self.hardware, groups * p)
+    best, fits = planner.pick(priced, usable)
+    self.priced = priced
+    if not fits:
+      self.note = (
+          "mtf_th.Auto: no strategy is predicted to fit %s (%.2f GiB usable "
+          "per device): running %s, the smallest (%.2f GiB per device); see "
+          "mtf_th plan" % (self.hardware, usable / 2 ** 30, best.name,
+                           best.memory / 2 ** 30))
+    return best.name
 
   def check(self, dims, mesh_shape, layout, batch, length):
     """See Strategy.check: raises if no candidate applies."""
@@ -995,20 +1050,33 @@ class Auto(Strategy):
     # the mesh implementation lowers with (an mtf.LayoutRules)
     ruled = self.with_rule(mesh)
     can_add = isinstance(layout, mtf.LayoutRules) and ruled is not mesh
+    vocab = getattr(getattr(context.model, "output_vocab_dim", None) or
+                    getattr(context.model, "input_vocab_dim", None), "size",
+                    None)  # an encoder's stack has no output vocabulary
+    d_model, name = context.model.model_dim.size, call.layer_name
+    model = vocab and planner.model_for_layer(
+        vocab, batch, planner.attention_of(call.dims, call.dynamic, name),
+        d_model, length)
     strategy, predicted, table = self.choose(
-        call.dims, ruled if can_add else mesh, batch, length,
-        context.model.model_dim.size, call.dynamic, memory_length,
-        add_rule=False)
+        call.dims, ruled if can_add else mesh, batch, length, d_model,
+        call.dynamic, memory_length, add_rule=False, model=model or None,
+        layer_class=name)
     added = (add_layout_rules(layout, strategy.layout_rules()) if can_add
              else [])
     line = describe_choice(call.layer_name, mesh, batch, length,
                            strategy.name, predicted, table, memory_length)
+    if predicted > min(v for v in table.values() if not isinstance(v, str)):
+      line += "; the fastest predicted on %s%s" % (
+          self.hardware, " that fits" if model is not None else "")
     if added:
       line += "; added %s to the layout" % ";".join("%s:%s" % r for r in added)
     self.picked = strategy.name
     if line not in _LOGGED:
       _LOGGED.add(line)
       tf.logging.info(line)
+    if self.note and self.note not in _LOGGED:
+      _LOGGED.add(self.note)
+      tf.logging.warning(self.note)
     return strategy
 
   def frame(self, call):

@@ -6,6 +6,7 @@ reports whether TensorFlow was imported by the time the command exited: the
 refusals that need no TensorFlow must not load it.
 """
 import collections
+import importlib.util
 import os
 import subprocess
 import sys
@@ -13,6 +14,10 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MTF_TH = os.path.join(os.path.dirname(sys.executable), "mtf_th")
+# what `mtf_th train` without --verbose must not print (compat.py hides it):
+# TF's CUDA-plugin "E" lines, setuptools' warning, mtf's per-step tf.Print
+NOISE = ("Unable to register cuDNN factory", "pkg_resources is deprecated",
+         "tf_loss")
 
 # argv[1:] are mtf_th's arguments; a line on the pipe MTF_TH_TEST_PROBE_FD
 # says whether TensorFlow was imported (stdout and stderr stay the command's).
@@ -34,6 +39,26 @@ sys.exit(code)
 Result = collections.namedtuple("Result", ["code", "stdout", "stderr",
                                            "tensorflow"])
 
+
+
+def load_script(path, name):
+  """Imports a script of this checkout (e.g. launch/tpu.py) as module `name`,
+  so a test calls its main(argv) in-process instead of starting Python."""
+  spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, path))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def snapshot(path):
+  """{relative path: mtime_ns} of a directory tree, the directory included:
+  equal before and after a refused command = nothing was written."""
+  out = {".": os.stat(path).st_mtime_ns}
+  for root, dirs, files in os.walk(path):
+    for name in dirs + files:
+      full = os.path.join(root, name)
+      out[os.path.relpath(full, path)] = os.lstat(full).st_mtime_ns
+  return out
 
 def env(extra=None):
   out = dict(os.environ)

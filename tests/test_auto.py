@@ -19,6 +19,8 @@ heads-parallel, and `mtf_th comm --strategy auto` prints the choice and the
 predictions.
 """
 import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
+import re
+
 import gin
 import numpy as np
 import pytest
@@ -26,7 +28,10 @@ import pytest
 from mtf_talking_heads import comm
 from mtf_talking_heads import harness
 from mtf_talking_heads import layers
+from mtf_talking_heads import perf
+from mtf_talking_heads import planner
 from mtf_talking_heads import sharding
+from mtf_talking_heads import training
 from mtf_talking_heads.commands import comm as comm_command
 
 DIMS = dict(d_k=2, d_v=3, d_model=8, length=8)
@@ -195,3 +200,62 @@ def test_log_line_names_a_different_memory_length():
                   "bytes/device predicted (batch_split n/a)")
   assert "memory length" not in sharding.describe_choice(
       "TalkingHeadsAttention", mesh, 8, 14, "heads_parallel", 8.0, table, 14)
+
+
+def _project_logits(heads, d_k, mesh_shape, hardware):
+  auto = sharding.Auto(hardware=hardware)
+  layer = layers.ProjectLogitsAttention(heads_k=heads, heads=heads, d_k=d_k,
+                                        d_v=d_k, strategy=auto)
+  mesh = sharding.MeshLayout(mesh_shape, comm.full_layout(
+      comm.default_layout(layer, mesh_shape), auto.layout_rules()))
+  return auto, layer, mesh
+
+
+def test_auto_picks_by_time_then_memory_as_the_planner_does():
+  """tests/test_plan.py's chooser cases, through Auto.choose (its own
+  applicability checks and bytes): time beats bytes; memory beats time."""
+  auto, layer, mesh = _project_logits(4, 64, "model:4", "tpu_v3")
+  chosen, _, table = auto.choose(layer.dims, mesh, 2, 64, 256,
+                                 layer_class="ProjectLogitsAttention")
+  fewest = min((v, n) for n, v in table.items() if not isinstance(v, str))
+  assert (fewest[1], chosen.name) == ("heads_parallel", "batch_query_split")
+  auto, layer, mesh = _project_logits(24, 64, "model:8", "tpu_v2")
+  att = planner.attention_of(layer.dims)
+  for layers_, picked, note in [(25, "batch_query_split", None),
+                                (60, "batch_query_split", "smallest")]:
+    model = perf.make_model("lm", layers_, 768, 3072, 32128, 2, 2048, 2048,
+                            dec_self=att, relative_bias=False)
+    chosen, _, _ = auto.choose(layer.dims, mesh, 2, 2048, 768, model=model)
+    assert chosen.name == picked
+    if note is None:  # query_split is faster but does not fit
+      assert auto.note is None
+    else:
+      assert re.fullmatch(
+          r"mtf_th\.Auto: no strategy is predicted to fit tpu_v2 \(7\.20 "
+          r"GiB usable per device\): running batch_query_split, the "
+          r"smallest \(\d+\.\d\d GiB per device\); see mtf_th plan",
+          auto.note), auto.note
+  with pytest.raises(ValueError, match="tpu_v9"):
+    sharding.Auto(hardware="tpu_v9")
+
+
+def test_auto_reads_the_model_from_the_parsed_gin_files():
+  files = ["experiments/t5_heads/07_talking_heads_24_32.gin",
+           "models/t5_tiny.gin"]
+  training.parse_gin(files, ["batch_size = 4"])
+  try:
+    assert planner.model_from_live_gin(32128) == perf.model_from_gin(
+        files, ["batch_size = 4"])
+    assert planner.model_from_live_gin(32128, batch=2).batch == 2
+    # Auto uses it only for a layer of that model
+    model = planner.model_from_live_gin(32128)
+    att, d, n = model.enc_self, model.d_model, model.inputs_length
+    assert planner.model_for_layer(32128, 4, att, d, n) == model
+    assert planner.model_for_layer(32128, 4, att, d + 1, n) is None
+    assert planner.model_for_layer(32128, 4, att._replace(heads=3), d,
+                                   n) is None
+  finally:  # training.parse_gin cleared mtf's defaults: as conftest does
+    with gin.unlock_config():
+      gin.clear_config()
+    harness.parse_mtf_defaults.done = False
+  assert planner.model_from_live_gin(32128) is None  # nothing parsed

@@ -174,37 +174,6 @@ def test_cli_usage_error_exits_2(tmp_path, capsys):
   assert not (tmp_path / "m").exists()
 
 
-def test_tpu_launch_dry_run_prints_the_commands_for_the_slice():
-  script = os.path.join(REPO, "launch", "tpu.py")
-  common = ["--dry_run", "--name", "th24", "--zone", "europe-west4-a",
-            "--project", "proj", "--model_dir", "gs://bucket/runs/th24",
-            "--experiment", "experiments/t5_heads/07_talking_heads_24_32.gin"]
-  expected = {("v3-8", "model"): ('mesh_shape = "model:8"', "tpu-vm-tf-2.15.0-se"),
-              ("v3-32", "mixed"): ('mesh_shape = "batch:4,model:8"',
-                                   "tpu-vm-tf-2.15.0-pod-se"),
-              ("v3-32", "batch"): ('mesh_shape = "batch:32"',
-                                   "tpu-vm-tf-2.15.0-pod-se"),
-              ("v4-8", "model"): ('mesh_shape = "model:4"', "tpu-vm-tf-2.15.0-se")}
-  for (accelerator, parallelism), (mesh, image) in expected.items():
-    proc = subprocess.run(
-        [sys.executable, script, "--accelerator", accelerator,
-         "--parallelism", parallelism] + common,
-        capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    assert len(lines) == 5
-    assert lines[0].startswith("gcloud compute tpus tpu-vm create th24")
-    assert "--accelerator-type=%s" % accelerator in lines[0] and image in lines[0]
-    assert "mtf_th train --tpu=th24" in lines[3] and mesh in lines[3]
-    assert "mtf_th eval --tpu=th24" in lines[4] and mesh in lines[4]
-    assert 'activation_dtype = "bfloat16"' in lines[3]
-  bad = subprocess.run([sys.executable, script, "--accelerator", "v3-32",
-                        "--parallelism", "mixed", "--model_dir", "/local"] +
-                       common[0:7] + common[9:], capture_output=True,
-                       text=True, timeout=60)
-  assert bad.returncode == 2 and "gs://" in bad.stderr
-
-
 def test_cli_says_what_it_does_before_loading_tensorflow(tmp_path):
   import time  # pylint: disable=g-import-not-at-top
   start = time.time()

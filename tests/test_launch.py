@@ -4,25 +4,20 @@ The script runs in-process (its main(argv)), so TensorFlow and the package
 are imported once; gcloud is never run: subprocess.run is replaced by a
 recorder.
 """
-import importlib.util
 import os
+import subprocess
+import sys
 import tarfile
 
 import pytest
+
+import _cli_util
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPERIMENT = "experiments/t5_heads/07_talking_heads_24_32.gin"  # 24 heads
 
 
-def _load():
-  spec = importlib.util.spec_from_file_location(
-      "launch_tpu", os.path.join(REPO, "launch", "tpu.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-tpu = _load()
+tpu = _cli_util.load_script(os.path.join("launch", "tpu.py"), "launch_tpu")
 
 
 def _argv(accelerator, parallelism="model", experiment=EXPERIMENT,
@@ -89,6 +84,37 @@ def test_valid_slice_prints_five_commands_and_ships_a_tarball(capsys, gcloud):
   assert scp[5].endswith(".tar.gz") and REPO not in lines[1]
   assert "--recurse" not in scp
   assert "tar -xzf ~/mtf_talking_heads.tar.gz" in lines[2]
+
+
+
+@pytest.mark.parametrize("accelerator, parallelism, mesh, image", [
+    ("v3-8", "model", 'mesh_shape = "model:8"', "tpu-vm-tf-2.15.0-se"),
+    ("v3-32", "mixed", 'mesh_shape = "batch:4,model:8"',
+     "tpu-vm-tf-2.15.0-pod-se"),
+    ("v3-32", "batch", 'mesh_shape = "batch:32"', "tpu-vm-tf-2.15.0-pod-se"),
+    ("v4-8", "model", 'mesh_shape = "model:4"', "tpu-vm-tf-2.15.0-se"),
+])
+def test_dry_run_prints_the_commands_for_the_slice(accelerator, parallelism,
+                                                   mesh, image, capsys):
+  assert tpu.main(_argv(accelerator, parallelism)) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert len(lines) == 5
+  assert lines[0].startswith("gcloud compute tpus tpu-vm create th24")
+  assert "--accelerator-type=%s" % accelerator in lines[0]
+  assert image in lines[0]
+  assert "mtf_th train --tpu=th24" in lines[3] and mesh in lines[3]
+  assert "mtf_th eval --tpu=th24" in lines[4] and mesh in lines[4]
+  assert 'activation_dtype = "bfloat16"' in lines[3]
+
+
+def test_the_script_refuses_a_local_model_dir_as_a_command():
+  """Run as users run it (its own Python): one line, status 2."""
+  argv = [a if a != "gs://bucket/runs/th24" else "/local"
+          for a in _argv("v3-32", "mixed")]
+  bad = subprocess.run([sys.executable, os.path.join(REPO, "launch", "tpu.py")]
+                       + argv, capture_output=True, text=True, timeout=60)
+  assert bad.returncode == 2 and "gs://" in bad.stderr
+  assert len(bad.stderr.strip().splitlines()) == 1
 
 
 def test_real_run_creates_nothing_when_the_pre_flight_fails(capsys, gcloud):

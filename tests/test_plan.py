@@ -8,9 +8,12 @@ import sys
 
 import pytest
 
+import _cli_util
+
 from mtf_talking_heads import memory
 from mtf_talking_heads import perf
 from mtf_talking_heads import planner
+from mtf_talking_heads import prices
 
 MTF_TH = os.path.join(os.path.dirname(sys.executable), "mtf_th")
 TH24 = "experiments/t5_heads/07_talking_heads_24_32.gin"
@@ -167,13 +170,8 @@ def test_plan_imports_no_tensorflow(tmp_path):
 # Pre-flight (fit_check): launch/tpu.py's warning, mtf_th train's refusal.
 
 def _launch():
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  spec = importlib.util.spec_from_file_location(
-      "launch_tpu_plan", os.path.join(os.path.dirname(os.path.dirname(
-          os.path.abspath(__file__))), "launch", "tpu.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return _cli_util.load_script(os.path.join("launch", "tpu.py"),
+                               "launch_tpu_plan")
 
 
 def _launch_argv(accelerator, parallelism):
@@ -186,7 +184,10 @@ def test_launch_warns_when_the_slice_is_too_small(capsys):
   tpu = _launch()
   # batch 128 data parallel on a v2-8: 16 sequences per 8 GiB core
   assert tpu.main(_launch_argv("v2-8", "batch")) == 0
-  err = capsys.readouterr().err.splitlines()
+  out, err = capsys.readouterr()
+  err = err.splitlines()
+  # train on the slice: Auto predicts for its TPU, not the CPU default
+  assert '--gin_param=mtf_th.Auto.hardware = "tpu_v2"' in out.splitlines()[3]
   warnings = [l for l in err if "warning" in l]
   assert warnings == [
       "launch/tpu.py: warning: predicted 22.96 GiB per device for mesh "
@@ -219,3 +220,85 @@ def test_train_refuses_on_cpu_a_step_that_cannot_fit():
   args.tpu = "th24"  # a TPU run is launch/tpu.py's to check
   args.gin_param = ["batch_size = 65536"]
   train.memory_check(args, training)
+
+
+# ---------------------------------------------------------------- Auto's pick
+# sharding.Auto prices each candidate that applies with prices.predict on
+# the layer's mesh and picks with planner.price_layer and planner.pick: the
+# choice is computed here without TensorFlow (tests/test_auto.py checks
+# that Auto.choose agrees on one case).
+
+
+def _auto_pick(att, d_model, n, b, p, hardware, model=None):
+  """(bytes pick, Auto's pick, fits, [Priced]) for one layer on model:p."""
+  dims = prices.named_dims(att, d_model)
+  mesh = prices.Layout("model:%d" % p, [(prices.BATCH, "batch")] +
+                       prices.heads_parallel_layout(dims) +
+                       [("core_shard", "model")])
+  rings = {s: prices.predict(s, dims, mesh, b, n, d_model, (), "model", n)
+           for s in planner.STRATEGIES if planner.applies(s, att, b, n, p)}
+  by_bytes = min(rings, key=lambda s: (rings[s], list(rings).index(s)))
+  shape = "batch:1,model:%d" % p
+  priced = planner.price_layer(
+      rings, att, d_model, n, n, b, p, hardware, model=model,
+      mesh_shape=shape, layout=model and planner.layout(model, p))
+  best, fits = planner.pick(priced, planner.usable_bytes(hardware, p))
+  return by_bytes, best.name, fits, priced
+
+
+def test_auto_pick_when_bytes_and_time_agree():
+  # docs/sharding.md's example: talking heads 24 x 32, batch 2, length 512
+  att = perf.make_attention("talking_heads", 24, 32, heads_k=24, heads_v=24)
+  by_bytes, picked, fits, _ = _auto_pick(att, 768, 512, 2, 8, "tpu_v3")
+  assert by_bytes == picked == "batch_query_split" and fits
+
+
+def test_auto_pick_when_time_and_bytes_disagree():
+  # logits projection, 4 heads of 64, length 64, batch 2 on model:4: heads-
+  # parallel sends the fewest bytes (147456 elements against 208920) but
+  # keeps the softmax of every head on every device; batch_query_split
+  # splits it 4 ways and is predicted faster
+  att = perf.make_attention("project_logits", 4, 64, heads_k=4)
+  by_bytes, picked, fits, priced = _auto_pick(att, 256, 64, 2, 4, "tpu_v3")
+  assert (by_bytes, picked, fits) == ("heads_parallel", "batch_query_split",
+                                      True)
+  seconds = {c.name: c.seconds for c in priced}
+  assert seconds["batch_query_split"] < seconds["heads_parallel"]
+
+
+def test_auto_pick_when_the_fastest_does_not_fit():
+  # logits projection 24 x 64, length 2048, batch 2, 25 layers on a v2-8
+  # as model:8: query_split is the fastest but keeps K and V whole (7.45
+  # GiB per core, over the 7.20 usable); batch_query_split fits (7.198)
+  att = perf.make_attention("project_logits", 24, 64, heads_k=24)
+  model = perf.make_model("lm", 25, 768, 3072, 32128, 2, 2048, 2048,
+                          dec_self=att, relative_bias=False)
+  _, picked, fits, priced = _auto_pick(att, 768, 2048, 2, 8, "tpu_v2", model)
+  by = {c.name: c for c in priced}
+  assert min(priced, key=lambda c: c.seconds).name == "query_split"
+  usable = planner.usable_bytes("tpu_v2", 8)
+  assert by["query_split"].memory > usable >= by["batch_query_split"].memory
+  assert (picked, fits) == ("batch_query_split", True)
+  # nothing fits on a smaller device: the smallest, and fits is False
+  best, fits = planner.pick(priced, 1 * memory.GiB)
+  assert (best.name, fits) == ("batch_query_split", False)
+
+
+def test_plan_ranks_with_the_same_seconds_as_auto():
+  # plan()'s step time is perf's heads-parallel step plus, per attention
+  # layer, strategy_seconds(strategy) - strategy_seconds(heads_parallel)
+  att = perf.make_attention("talking_heads", 8, 16, heads_k=8, heads_v=8)
+  model = perf.make_model("lm", 2, 128, 256, 512, 8, 64, 64, dec_self=att,
+                          relative_bias=False)
+  hw = perf.get_hardware("tpu_v3")
+  impl = memory.implementation("mtf_th")
+  rows = {(c.mesh_shape, c.strategy): c for c in planner.plan(
+      model, "tpu_v3", 4, recompute_options=(False,))}
+  base = rows["batch:1,model:4", "heads_parallel"].step_s
+  for s in ("batch_split", "query_split"):
+    want = base + 2 * sum(
+        sign * planner.strategy_seconds(
+            name, planner.ring_elements(name, att, 128, 64, 64, 8, 4), att,
+            128, 64, 64, 8, 4, hw, impl)[0]
+        for sign, name in ((1, s), (-1, "heads_parallel")))
+    assert rows["batch:1,model:4", s].step_s == pytest.approx(want)

@@ -13,8 +13,13 @@ touch them, so crossing them with every variant repeated the same test.  Every l
 first accepted by validation.check_layers, so these runs are also positive
 cases of the pre-graph checks.
 
-The full matrix (40 sharded runs) is marked slow; the cases
-in FAST run in `make test-fast` too.
+model:2, model:4 and model:8 lower through one code path (mtf's ring on a
+1-D mesh; only the split count differs), batch:2 x model:4 through another
+(the 2-D mesh): each (model, dim) runs on batch:2 x model:4 and on one 1-D
+mesh (RING_MESH; each size several times), 20 sharded runs; on its two other
+1-D meshes it gets the pre-flight alone (validation.check_layers accepts the
+layout; no graph).  The runs are marked slow; the cases in FAST run in
+`make test-fast` too.
 """
 import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 from mesh_tensorflow.transformer import transformer_layers
@@ -57,14 +62,33 @@ FAST = {
 }
 
 
-def _cases():
-  cases = []
+# (model, dim) -> the 1-D mesh it runs on (the other two: pre-flight only)
+RING_MESH = {
+    ("th", "heads_k"): "model4", ("th", "heads"): "model8",
+    ("th", "heads_v"): "model2", ("th", "d_ff"): "model2",
+    ("th", "vocab"): "model4", ("mha", "heads"): "model8",
+    ("dynamic", "heads_k"): "model4", ("dynamic", "heads"): "model8",
+    ("dynamic", "heads_v"): "model2", ("gbma", "heads"): "model4",
+}
+
+
+def _matrix():
+  """Every (model, dim, mesh), and whether it runs (else pre-flight only)."""
   for model, (_, heads_dims) in MODELS.items():
     for dim in heads_dims + (OTHER_DIMS if model == "th" else ()):
       for mesh in MESHES:
-        case_id = "%s-%s-%s" % (model, dim, mesh)
-        marks = () if case_id in FAST else (pytest.mark.slow,)
-        cases.append(pytest.param(model, dim, mesh, id=case_id, marks=marks))
+        yield (model, dim, mesh), mesh in ("batch2xmodel4",
+                                           RING_MESH[model, dim])
+
+
+def _cases(runs=True):
+  cases = []
+  for (model, dim, mesh), run in _matrix():
+    if run != runs:
+      continue
+    case_id = "%s-%s-%s" % (model, dim, mesh)
+    marks = () if case_id in FAST or not runs else (pytest.mark.slow,)
+    cases.append(pytest.param(model, dim, mesh, id=case_id, marks=marks))
   return cases
 
 
@@ -122,15 +146,29 @@ def _relative_error(got, want):
   return np.abs(got - want).max() / max(np.abs(want).max(), 1e-12)
 
 
-@pytest.mark.parametrize("model, dim, mesh", _cases())
-def test_sharded_equals_unsharded(references, model, dim, mesh):
+def _checked_layout(model, dim, mesh):
+  """(mesh_shape, layout) splitting `dim` on "model", which the
+  pre-graph checks accept."""
   mesh_shape, extra_rule = MESHES[mesh]
   layout = ";".join(r for r in ("%s:model" % dim, extra_rule) if r)
-  attention = _layers(model)[0]
   validation.check_layers(
-      [attention], D_MODEL, mesh_shape, layout, BATCH, LENGTH,
+      [_layers(model)[0]], D_MODEL, mesh_shape, layout, BATCH, LENGTH,
       num_devices=8, extra_shapes=validation.transformer_tensor_shapes(
           D_MODEL, D_FF, PADDED_VOCAB, BATCH, LENGTH))
+  return mesh_shape, layout
+
+
+@pytest.mark.parametrize("model, dim, mesh", _cases(runs=False))
+def test_preflight_accepts_the_other_1d_meshes(model, dim, mesh):
+  """The same lowering as the RING_MESH run at another split count."""
+  mesh_shape, layout = _checked_layout(model, dim, mesh)
+  assert mesh_shape in ("model:2", "model:4", "model:8"), mesh_shape
+  assert layout == "%s:model" % dim
+
+
+@pytest.mark.parametrize("model, dim, mesh", _cases())
+def test_sharded_equals_unsharded(references, model, dim, mesh):
+  mesh_shape, layout = _checked_layout(model, dim, mesh)
   initial, want = references(model)
 
   run = _harness(model, mesh_shape, layout)

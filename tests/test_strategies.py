@@ -12,6 +12,14 @@
    the full matrix is slow.  8-device meshes are built with
    comm.PointToPointMeshImpl (mtf's point-to-point all-to-all: the same mtf
    graph, half the build time); smaller ones with mtf's default ring.
+   The code paths are the strategy's core for each model (which projections
+   and dynamic terms it moves) and the mesh's collectives (mtf's ring on a
+   1-D mesh, PointToPointMeshImpl on model:8, the ring on the 2-D
+   batch:2 x model:4); model:2 and model:4 differ only in the split count.
+   So each (model, strategy) runs on batch:2 x model:4 and on one 1-D mesh
+   (ONE_D_MESH: each strategy meets model:2, model:4 and model:8, each
+   model too), and gets the pre-flight alone (strategy.check accepts the
+   layout; no graph) on the two other 1-D meshes.
 2. The 768-heads, d_k = d_v = 1 model of the paper's BERT table, tiny (64
    heads, batch 1, length 16): QuerySplit on 8 logical CPUs trains with the
    losses of the unsharded model, step by step, with every n x m x heads
@@ -66,18 +74,44 @@ ONCE_PER_MESH = {
 }
 
 
-def _cases():
-  cases = []
+# (model, strategy) -> the 1-D mesh it runs on (the other two: pre-flight)
+ONE_D_MESH = {
+    ("mha", "heads_parallel"): "model8", ("th", "heads_parallel"): "model2",
+    ("logits", "heads_parallel"): "model4",
+    ("dynamic", "heads_parallel"): "model8",
+    ("mha", "query_split_allgather"): "model4",
+    ("th", "query_split_allgather"): "model8",
+    ("logits", "query_split_allgather"): "model8",
+    ("dynamic", "query_split_allgather"): "model2",
+    ("mha", "query_split"): "model8", ("th", "query_split"): "model4",
+    ("logits", "query_split"): "model2", ("dynamic", "query_split"): "model8",
+    ("mha", "batch_split"): "model2", ("th", "batch_split"): "model8",
+    ("logits", "batch_split"): "model8", ("dynamic", "batch_split"): "model4",
+}
+
+
+def _matrix():
+  """Every (model, strategy, mesh) and whether it runs (else pre-flight)."""
   for model in MODELS:
     for strategy in sharding.STRATEGIES:
       for mesh in MESHES:
         once = ONCE_PER_MESH.get(strategy)
         if once is not None and once.get(mesh) != model:
           continue
-        case_id = "%s-%s-%s" % (model, strategy, mesh)
-        marks = () if case_id in FAST else (pytest.mark.slow,)
-        cases.append(pytest.param(model, strategy, mesh, id=case_id,
-                                  marks=marks))
+        yield (model, strategy, mesh), (
+            once is not None or mesh == "batch2xmodel4" or
+            ONE_D_MESH[model, strategy] == mesh)
+
+
+def _cases(runs=True):
+  cases = []
+  for (model, strategy, mesh), run in _matrix():
+    if run != runs:
+      continue
+    case_id = "%s-%s-%s" % (model, strategy, mesh)
+    marks = () if case_id in FAST or not runs else (pytest.mark.slow,)
+    cases.append(pytest.param(model, strategy, mesh, id=case_id,
+                              marks=marks))
   return cases
 
 
@@ -123,6 +157,15 @@ def test_sharded_equals_unsharded(references, model, strategy_name, mesh):
   _check_sharded(references, model, strategy_name, mesh, BATCH)
 
 
+@pytest.mark.parametrize("model, strategy_name, mesh", _cases(runs=False))
+def test_preflight_accepts_the_other_1d_meshes(model, strategy_name, mesh):
+  """The strategy's core of the ONE_D_MESH run, on another 1-D mesh (whose
+  collectives other models' runs cover): the strategy's check() (what comm,
+  Auto and train's pre-flight call) accepts it without a graph."""
+  assert ONE_D_MESH[model, strategy_name] != mesh != "batch2xmodel4"
+  _checked(model, strategy_name, mesh, BATCH)
+
+
 # BatchQuerySplit with a batch per group below the axis: (model, mesh,
 # batch) -> (p_b, p_q); each path once per mesh (at batch 8 it is BatchSplit)
 BATCH_QUERY = {
@@ -145,13 +188,20 @@ def test_sharded_equals_unsharded_batch_query_split(references, model, mesh,
   _check_sharded(references, model, "batch_query_split", mesh, batch)
 
 
-def _check_sharded(references, model, strategy_name, mesh, batch):
-  """Loss, logits, gradients and one SGD step equal the unsharded model's."""
+def _checked(model, strategy_name, mesh, batch):
+  """(strategy, layer, layout) for a case, which strategy.check accepts."""
   mesh_shape = MESHES[mesh]
   strategy = sharding.make_strategy(strategy_name)
   layer = su.make_layer(model, strategy)
   layout = su.layout_for(layer, mesh_shape, strategy)
   strategy.check(layer.dims, mesh_shape, layout, batch, LENGTH)
+  return strategy, layer, layout
+
+
+def _check_sharded(references, model, strategy_name, mesh, batch):
+  """Loss, logits, gradients and one SGD step equal the unsharded model's."""
+  mesh_shape = MESHES[mesh]
+  strategy, layer, layout = _checked(model, strategy_name, mesh, batch)
   initial, want = references(model, batch)
 
   run = harness.Harness([layer], d_model=D_MODEL, vocab=VOCAB, batch=batch,

@@ -23,6 +23,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import _cli_util
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 MTF_TH = os.path.join(BIN, "mtf_th")
@@ -97,6 +99,14 @@ def test_t5_trains_logs_and_checkpoints(reference):
   assert os.path.exists(os.path.join(model_dir, "operative_config.gin"))
   assert glob.glob(os.path.join(model_dir, "events.out.tfevents.*"))
   assert "steps/s" in proc.stderr and "ETA" in proc.stderr
+
+
+def test_train_is_quiet_without_verbose(reference):
+  """No CUDA-plugin lines, pkg_resources warning or tf.Print (compat.py)."""
+  _, proc = reference
+  for noise in _cli_util.NOISE:
+    assert noise not in proc.stderr, (noise, proc.stderr[-3000:])
+  assert "step %d loss" % STEPS in proc.stdout
 
 
 def test_kill_9_then_resume_reproduces_the_reference(reference, tmp_path):

@@ -61,6 +61,9 @@ def main(argv=None):
 
   def precheck(args):
     train_command.check_common(args, writes=False)
+    if not args.tpu and not args.cluster:  # as train's memory_check
+      prechecks.forward_memory(args.model_dir, args.gin_file, args.gin_param,
+                               "decode")
     if args.input_file and not os.path.isfile(args.input_file):
       raise commands.UsageError("--input_file %s: no such file"
                                 % args.input_file)

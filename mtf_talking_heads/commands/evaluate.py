@@ -18,9 +18,11 @@ metric_fns, scores them with those (t5's accuracy, SQuAD exact match / F1,
 <model_dir>/downstream_results.csv.  One checkpoint: the latest, or the
 single step of --checkpoint_steps.
 """
+import os
 import sys
 
 from mtf_talking_heads import commands
+from mtf_talking_heads.commands import prechecks
 from mtf_talking_heads.commands import train as train_command
 
 PROG = "mtf_th eval"
@@ -74,9 +76,6 @@ def main(argv=None):
       raise training.ConfigError(str(e))
     if args.metrics:
       return _metrics(args, training, steps)
-    if args.task or args.max_eval_examples or args.data_dir:
-      raise training.ConfigError("--task, --max_eval_examples and "
-                                 "--data_dir go with --metrics")
     results = training.evaluate(args.model_dir, args.gin_file, args.gin_param,
                                 checkpoint_steps=steps, tpu=args.tpu,
                                 tpu_zone=args.tpu_zone,
@@ -88,15 +87,22 @@ def main(argv=None):
     return 0
 
   def precheck(args):
-    # --task is checked in body (tfds_data.get_provider), after TensorFlow:
-    # the task names live in seqio's registry, which t5.data, our tasks
-    # module and any --module_import fill when imported, and seqio and
-    # those modules import TensorFlow themselves.
     parse_steps(args.checkpoint_steps)
+    if not args.metrics and (args.task or args.max_eval_examples or
+                             args.data_dir):
+      raise commands.UsageError("--task, --max_eval_examples and --data_dir "
+                                "go with --metrics")
     train_command.check_common(
         args, writes=False,
         purpose=("downstream_results.csv" if args.metrics else
                  "eval_results.csv and the eval events"))
+    if args.metrics:  # this package's and t5's names (data/task_names.py)
+      prechecks.task(args.task, args.gin_file or [os.path.join(
+          args.model_dir, "operative_config.gin")], "--task",
+                     args.module_import)
+    if not args.tpu and not args.cluster:  # as train's memory_check
+      prechecks.forward_memory(args.model_dir, args.gin_file, args.gin_param,
+                               "eval")
 
   return train_command.run_command(PROG, parser, argv, body, precheck)
 

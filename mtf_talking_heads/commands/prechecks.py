@@ -4,11 +4,15 @@ Every `mtf_th` command that builds a graph checks its arguments here first,
 so a bad path or binding is refused in one line (exit status 2) in well
 under a second instead of after TensorFlow's import.  Each function raises
 commands.UsageError with a message that names the flag and the fix.
-Imports only the standard library (and gin_paths / dir_lock, which do too).
+Imports only the standard library (and gin_paths / dir_lock, which do too);
+the checks that read gin files import gin's parser (gin_text) and the
+pure-Python memory model (memory, perf, planner), never TensorFlow.
 """
 import ast
+import difflib
 import os
 import re
+import runpy
 import socket
 import sys
 import threading
@@ -199,6 +203,109 @@ def tpu(name, zone=None, project=None, lookup_secs=1.0):
         "with network access and give --tpu_zone and --gcp_project, or give "
         "the TPU's address as --tpu grpc://IP:8470"
         % (name, host, failed[0].strerror or failed[0]))
+
+
+def forward_memory(model_dir, gin_files, gin_params, what):
+  """Refuses an eval or decode on this machine's CPU whose forward pass is
+  predicted not to fit in its RAM (memory.predict_forward per logical
+  device, the mesh's devices sharing the RAM, planner.DEFAULT_MARGIN left
+  free), before TensorFlow is imported.  Reads the gin files, else
+  <model_dir>/operative_config.gin; a configuration perf.py cannot read is
+  left to the command (as fit_check does for train).
+
+  Args:
+    what: "eval" or "decode", for the message.
+  Raises:
+    commands.UsageError: one line with both sizes and what to lower.
+  """
+  from mtf_talking_heads import gin_paths  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import memory  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
+  files = list(gin_files) or [os.path.join(model_dir, "operative_config.gin")]
+  try:
+    config = gin_text.GinConfig(files, gin_params, gin_paths.gin_dir())
+    # an operative config keeps only the macros the model used
+    extra = [] if "dynamic" in config else ["dynamic = None"]
+    model = perf.model_from_gin(files, list(gin_params) + extra)
+    mesh_shape = config.get("mesh_shape", "model:1")
+    mesh = perf.parse_mesh(mesh_shape)
+    total = memory.predict_forward(model, mesh_shape, "mtf_th_float32",
+                                   config.get("layout", None))["total"]
+  except (OSError, ValueError, TypeError, KeyError):
+    return
+  devices = mesh["batch"] * mesh["model"]
+  usable = planner.usable_bytes("cpu", devices)
+  if total <= usable:
+    return
+  raise commands.UsageError(
+      "predicted %.2f GiB per device for %s's forward pass (batch_size %d, "
+      "mesh %s, %d device%s) but this machine's %.1f GiB of RAM leaves %.2f "
+      "GiB usable per device (%d%% left free): lower batch_size or the "
+      "lengths with --gin_param, or give the gin files the model was "
+      "trained with" % (
+          total / memory.GiB, what, model.batch, mesh_shape, devices,
+          "" if devices == 1 else "s", memory.device_memory("cpu") /
+          memory.GiB, usable / memory.GiB,
+          round(100 * planner.DEFAULT_MARGIN)))
+
+
+def task_names():
+  """The task and mixture names this package and t5 register, read from
+  data/task_names.py by path (importing mtf_talking_heads.data would load
+  TensorFlow).
+
+  Returns:
+    (this package's names, t5's names), two tuples.
+  """
+  path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+      __file__))), "data", "task_names.py")
+  names = runpy.run_path(path)
+  return names["THIS_PACKAGE"], names["T5"]
+
+
+# Packages whose gin `import`s register no task beyond data/task_names.py.
+KNOWN_IMPORTS = ("mtf_talking_heads", "mesh_tensorflow", "t5", "seqio",
+                 "tensorflow", "gin")
+
+
+def _registers_no_more(gin_files):
+  """True when the gin files import only KNOWN_IMPORTS' modules (a gin
+  `import my_tasks` may register tasks, as --module_import does)."""
+  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
+  try:
+    imports = gin_text.GinConfig(gin_files, (), gin_paths.gin_dir()).imports
+  except (OSError, ValueError):
+    return True  # the command reports a bad gin file itself
+  return all(m.split(".")[0] in KNOWN_IMPORTS for m in imports)
+
+
+def task(name, gin_files=(), flag="--task", module_imports=()):
+  """A seqio task or mixture name, refused with a did-you-mean when neither
+  this package nor t5 registers it.  With --module_import, or a gin file
+  that imports another package, more may be registered: then the name is
+  checked after the imports (training/tfds_data.get_provider).
+
+  Args:
+    name: the flag's value (None: nothing to check).
+    gin_files: the gin files the command reads (for their imports).
+    flag: the flag's name.
+    module_imports: --module_import's modules.
+  Raises:
+    commands.UsageError: one line naming the flag and close names.
+  """
+  if not name or module_imports:
+    return
+  ours, t5_names = task_names()
+  if name in ours or name in t5_names or not _registers_no_more(gin_files):
+    return
+  close = difflib.get_close_matches(name, ours + t5_names, n=3)
+  raise commands.UsageError(
+      "%s %r is not a registered task or mixture; %s (a task of your own: "
+      "give the module that registers it with --module_import)" % (
+          flag, name, ("did you mean %s?" % " or ".join(close)) if close
+          else "this package registers %s" % ", ".join(sorted(ours))))
 
 
 def _macros_by_file(path, gin_dir):

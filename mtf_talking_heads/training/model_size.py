@@ -35,6 +35,9 @@ def call_model(model, settings, mesh):
   Every variable the model has is created; nothing is lowered.  Features
   are ones of shape [batch, length] for each of settings.sequence_length,
   e.g. {"inputs": [8, 16], "targets": [8, 8]} for a T5.
+
+  Returns:
+    call_simple's (logits, loss).
   """
   batch = mtf.Dimension("batch", settings.batch_size)
   features = {}
@@ -47,9 +50,9 @@ def call_model(model, settings, mesh):
   if settings.model_type in ("lm", "delimited_lm"):
     inputs = mtf.shift(targets, offset=1, dim=targets.shape.dims[-1],
                        wrap=False)
-  model.call_simple(inputs=inputs, targets=targets, compute_loss=True,
-                    mode=tf.estimator.ModeKeys.TRAIN,
-                    variable_dtype=mtf_utils.get_variable_dtype())
+  return model.call_simple(inputs=inputs, targets=targets, compute_loss=True,
+                           mode=tf.estimator.ModeKeys.TRAIN,
+                           variable_dtype=mtf_utils.get_variable_dtype())
 
 
 def count_parameters(settings):
