@@ -235,8 +235,25 @@ def free_ports(n, host="localhost"):
       s.close()
 
 
+def _die_with_parent():
+  """In a child before exec (Linux): SIGTERM it when the process that
+  started it dies, so a killed test or benchmark leaves no server behind
+  (its `with` block never runs then).  Elsewhere, nothing."""
+  import ctypes  # pylint: disable=g-import-not-at-top
+  import signal  # pylint: disable=g-import-not-at-top
+  try:
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+  except OSError:
+    return
+  pr_set_pdeathsig = 1
+  libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 class LocalServers(object):
   """`mtf_th server` processes on this host (tests, benchmarks, launch).
+
+  The servers end with the `with` block, or with the process that started
+  them if it is killed first (Linux).
 
   Example:
     with LocalServers(2, devices_per_task=2) as servers:
@@ -274,7 +291,7 @@ class LocalServers(object):
                              str(task), "--devices_per_task",
                              str(self.devices_per_task)],
         stdout=subprocess.PIPE, stderr=self.logs[task], text=True,
-        env=self.env)
+        env=self.env, preexec_fn=_die_with_parent)
     if wait:
       self.wait(task)
 

@@ -18,6 +18,7 @@ without GPUs.
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -324,3 +325,31 @@ def test_mesh_size_mismatch_refused_in_the_preflight():
       "mesh_shape 'model:2' has 2 slots but the cluster has 4 devices (2 "
       "tasks x --devices_per_task 2): they must be equal; change mesh_shape "
       "or --cluster/--devices_per_task")
+
+
+def test_local_servers_die_with_the_process_that_started_them():
+  """LocalServers' children get SIGTERM when their parent is SIGKILLed (a
+  test killed by a timeout leaves no server listening): checked on `sleep`,
+  started the way LocalServers starts a server."""
+  code = ("import subprocess, sys\n"
+          "from mtf_talking_heads import cluster\n"
+          "p = subprocess.Popen(['sleep', '600'],"
+          " preexec_fn=cluster._die_with_parent)\n"
+          "print(p.pid, flush=True)\n"
+          "p.wait()\n")
+  parent = subprocess.Popen([sys.executable, "-c", code], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True)
+  child = int(parent.stdout.readline())
+  os.kill(parent.pid, signal.SIGKILL)
+  parent.wait()
+  deadline = time.time() + 10
+  while time.time() < deadline:
+    try:
+      with open("/proc/%d/stat" % child) as f:
+        if f.read().split(")")[-1].split()[0] == "Z":
+          return  # dead, not yet reaped by whoever adopted it
+    except FileNotFoundError:
+      return
+    time.sleep(0.05)
+  os.kill(child, signal.SIGKILL)
+  raise AssertionError("sleep outlived its killed parent")
