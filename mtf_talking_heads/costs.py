@@ -154,7 +154,7 @@ def attention_terms(variant, heads_k, heads, heads_v, d_k, d_v, d_model,
   dims = {}
   mults = {}
 
-  if variant == "general_bilinear":
+  if variant == spec_lib.BILINEAR:
     # Section 6: L = einsum(X, M, P), Y = einsum(W, M, Q); each 3-way einsum
     # evaluated in its cheapest order (the one mtf's layer uses).
     params["P"] = (d, d, h)

@@ -192,35 +192,40 @@ class AttentionLayer(transformer_layers.SelfAttention):
     return lambda u: attention.dropout_weights(
         u, context.train, self.dropout_rate, [context.length_dim])
 
-  def attend(self, context, x, weights, q, k, v, r_m, memory_length, bias,
-             core, dims=None):
-    """Dynamic X terms, the core (J..O, by `core`), then Y.
+  def _frame(self, context, x, memory=None):
+    """The strategy's Frame for this call (see sharding.Frame)."""
+    return self.strategy.frame(sharding.AttentionCall(
+        type(self).__name__, self.dims, self.dynamic, context, x, memory))
+
+  def attend(self, frame, context, x, weights, q, k, v, r_m, memory_length,
+             bias):
+    """Dynamic X terms, the core (J..O, frame.core), then Y.
 
     Args:
-      context, x, weights: as in call(); x and every tensor below may carry
-        a strategy's own dims (e.g. [core_shard, batch_per_shard, ...]).
+      frame: the strategy's sharding.Frame; x, weights, q, k, v, r_m are
+        in it (its dims, and e.g. a cut batch).
+      context: the mtf transformer Context.
+      x: X[..., n, d_model] (for the dynamic R_X terms).
+      weights: {name: weight} (this layer's, as the frame gathered them).
       q, k, v: Q[..., n, h_k, d_k], K[..., m, h_k, d_k], V[..., m, h_v, d_v].
       r_m: {"l"/"w": R_Ml / R_Mw} of the memory-dependent dynamic terms.
       memory_length: the memory-length Dimension (m).
-      bias: added to L, or None.
-      core: a strategy's core function (Strategy.core's arguments).
-      dims: the heads dims q, k, v and weights carry (a strategy may rename
-        them, see sharding._Plan); None: this layer's.
+      bias: added to L, or None (in the layer's layout).
     Returns:
-      Y[..., n, d_model]
+      Y[..., n, d_model] in the layer's layout (frame.from_core).
     """
     d_model = context.model.model_dim
+    bias = frame.to_core(bias)
     r_x = {kind: self._dynamic(weights, x, kind, "x", d_model)
            for kind in ("l", "w")}
     dynamic_l = [r for r in (r_x["l"], r_m.get("l")) if r is not None]
     dynamic_w = [r for r in (r_x["w"], r_m.get("w")) if r is not None]
-    dims = dims or self.dims
-    o = core(
-        context=context, dims=dims, q=q, k=k, v=v,
+    o = frame.core(
+        context=context, dims=frame.dims, q=q, k=k, v=v,
         memory_length=memory_length, p_l=weights.get("p_l"),
         p_w=weights.get("p_w"), dynamic_l=dynamic_l, dynamic_w=dynamic_w,
         bias=bias, dropout_fn=self._dropout_fn(context))
-    return attention.compute_y(o, weights["p_o"], dims)
+    return frame.from_core(attention.compute_y(o, weights["p_o"], frame.dims))
 
   def memory_terms(self, context, m, weights):
     """K, V and the memory-dependent R_Ml, R_Mw: everything cached per key."""
@@ -235,26 +240,26 @@ class AttentionLayer(transformer_layers.SelfAttention):
   def call(self, context, x, losses=None):
     """Self-attention (train/eval, "first_part" and "incremental" modes).
 
-    The strategy owns the data movement: it computes Q, K, V, the core and
-    Y from x (Strategy.self_attention), with this layer's pieces.
-    """
-    return self.strategy.self_attention(self, context, x)
+    The strategy places the computation (self._frame: where Q, K, V and Y
+    live, and the core); this layer computes it.  In "incremental" mode K,
+    V (and R_M) are the caches with this position written; in "first_part"
+    and "incremental" the new caches are recorded.
 
-  def self_attention_inputs(self, context, x, weights):
-    """Q, K, V, R_M, memory_length and bias of self-attention, any mode.
-
-    In "incremental" mode K, V (and R_M) are the caches with this position
-    written; in "first_part" and "incremental" the new caches are recorded.
-
+    Args:
+      context: the mtf transformer Context.
+      x: X[batch..., length, d_model] (incremental: no length).
     Returns:
-      (q, k, v, r_m, memory_length, bias) in this layer's dims.
+      Y, shaped like x.
     """
+    frame = self._frame(context, x)
+    weights = frame.gather_weights(self.make_weights(context))
     memory_length = self.memory_length(context)
-    q = attention.compute_q(x, weights["p_q"], context.model.model_dim)
+    x_core = frame.to_core(x)
+    q = attention.compute_q(x_core, weights["p_q"], context.model.model_dim)
     if context.mode == "incremental":
-      m = x
+      m = x_core
     else:
-      m = mtf.replace_dimensions(x, context.length_dim, memory_length)
+      m = mtf.replace_dimensions(x_core, context.length_dim, memory_length)
     k, v, r_m = self.memory_terms(context, m, weights)
     kinds = sorted(r_m)
     if context.mode == "incremental":
@@ -271,14 +276,8 @@ class AttentionLayer(transformer_layers.SelfAttention):
       context.record_new_states([k, v] + [r_m[kind] for kind in kinds])
     bias = self.compute_bias(context, memory_position, x, self.bias_heads(),
                              q)
-    return q, k, v, r_m, memory_length, bias
-
-  def self_attention_bias(self, context, x):
-    """The bias of full-sequence self-attention (train/eval), layer dims."""
-    memory_position = self.rename_length_to_memory_length(context.position,
-                                                          context)
-    return self.compute_bias(context, memory_position, x, self.bias_heads(),
-                             None)
+    return self.attend(frame, context, x_core, weights, q, k, v, r_m,
+                       memory_length, bias)
 
 
 def _write_position(old, new, position, memory_length):
@@ -298,32 +297,25 @@ class EncDecAttentionLayer(AttentionLayer):
   def call(self, context, x, losses=None):
     """Enc-dec attention; K, V, R_Ml, R_Mw are constant while decoding.
 
-    The strategy owns the data movement (Strategy.enc_dec_attention).
-    """
-    return self.strategy.enc_dec_attention(self, context, x)
-
-  def enc_dec_inputs(self, context, x, weights):
-    """Q, K, V, R_M, memory_length and bias over the encoder output.
-
-    Returns:
-      (q, k, v, r_m, memory_length, bias) in this layer's dims.
+    As AttentionLayer.call, with M the encoder output (the strategy's
+    frame places it too).
     """
     m = context.encoder_output
-    q = attention.compute_q(x, weights["p_q"], context.model.model_dim)
+    frame = self._frame(context, x, m)
+    weights = frame.gather_weights(self.make_weights(context))
+    x_core = frame.to_core(x)
+    q = attention.compute_q(x_core, weights["p_q"], context.model.model_dim)
     if context.mode == "incremental":
       k, v, r_m, memory_length = context.get_constant_state()
     else:
-      k, v, r_m = self.memory_terms(context, m, weights)
+      k, v, r_m = self.memory_terms(context, frame.to_core(m), weights)
       memory_length, = [d for d in m.shape.dims if d.name == "memory_length"]
       if context.mode == "first_part":
         context.record_constant_state((k, v, r_m, memory_length))
-    bias = self.enc_dec_bias(context)
-    return q, k, v, r_m, memory_length, bias
-
-  def enc_dec_bias(self, context):
-    """The bias over the encoder output (masks, relative bias), layer dims."""
-    return transformer_layers.enc_dec_attention_bias(
+    bias = transformer_layers.enc_dec_attention_bias(
         self, context, self.bias_heads())
+    return self.attend(frame, context, x_core, weights, q, k, v, r_m,
+                       memory_length, bias)
 
 
 def _pair(value, default_name):

@@ -37,7 +37,7 @@ Example:
 """
 import collections
 
-from mtf_talking_heads import compat  # pylint: disable=unused-import
+from mtf_talking_heads import compat
 import gin
 import mesh_tensorflow as mtf
 from mesh_tensorflow.transformer import transformer
@@ -268,7 +268,7 @@ def measure(config, graph=None):
   return dict(peak_bytes=devices[worst]["peak"], devices=devices,
               live_at_peak=peaks.get(worst, (0, []))[1],
               layout=";".join("%s:%s" % p for p in sorted(
-                  graph.layout._pairs)))  # pylint: disable=protected-access
+                  compat.layout_pairs(graph.layout))))
 
 
 def load_auto_mtf(name):
@@ -312,7 +312,7 @@ def auto_mtf_peak(graph):
                                                [graph.mtf_loss])
   interface = estimator.get_graph_interface()
   layout = {}
-  for dim, axis in graph.layout._pairs:  # pylint: disable=protected-access
+  for dim, axis in compat.layout_pairs(graph.layout):
     layout[dim] = axis
   sizes = {d.name: d.size for d in mesh_shape.dims}
   schedule = scheduler.minimize_peak_memory(interface, "LIST")

@@ -268,20 +268,20 @@ def make_attention(variant, heads, d_k=None, d_v=None, heads_k=None,
   defaults to d_k; groups: the head groups of grouped_talking_heads.
   """
   d_v = d_k if d_v is None else d_v
-  if variant == "dynamic_projections":
+  if variant == spec_lib.DYNAMIC:
     if not dynamic:
       raise ValueError("variant 'dynamic_projections' needs dynamic terms "
                        "(a subset of %s)" % ", ".join(costs.DYNAMIC_TERMS))
     variant = "talking_heads"
-  if variant == "general_bilinear":
+  if variant == spec_lib.BILINEAR:
     d_k = d_v = None  # d_model, known only with the model
   # d_model and length do not matter to these checks: any valid value
   cfg = costs.resolve_config(variant, heads_k, heads, heads_v, d_k, d_v,
                              d_model=d_k or 1, length=1, dynamic=dynamic,
                              groups=groups)
   return Attention(variant, cfg["heads_k"], cfg["heads"], cfg["heads_v"],
-                   d_k if variant != "general_bilinear" else None,
-                   d_v if variant != "general_bilinear" else None,
+                   d_k if variant != spec_lib.BILINEAR else None,
+                   d_v if variant != spec_lib.BILINEAR else None,
                    cfg["dynamic"], cfg["groups"])
 
 
@@ -478,7 +478,7 @@ def attention_ops(att, d_model, n, m, batch, impl, part, bias=False):
                                 att.heads_v, att.d_k, att.d_v, d_model,
                                 max(n, m), dynamic=att.dynamic,
                                 fold_dynamic=True, groups=att.groups)
-  if att.variant == "general_bilinear":
+  if att.variant == spec_lib.BILINEAR:
     ops = _bilinear_ops(part, terms["heads"], d_model, n, m, batch, impl)
   else:
     ops = _projected_ops(part, att, terms, d_model, n, m, batch, impl)
@@ -593,13 +593,16 @@ def parse_mesh(mesh_shape):
   """
   sizes = {"batch": 1, "model": 1}
   for item in spec_lib.split_rules(mesh_shape):
-    name, _, size = item.partition(":")
-    if name not in sizes or not size.isdigit() or int(size) <= 0:
+    try:
+      (name, size), = spec_lib.parse_mesh_shape(item)
+    except ValueError:
+      name = None
+    if name not in sizes:
       raise ValueError(
           "--mesh_shape %r: %r is not NAME:SIZE with NAME batch or model and "
           "a positive SIZE (e.g. batch:16 or batch:2,model:8)"
           % (mesh_shape, item))
-    sizes[name] = int(size)
+    sizes[name] = size
   return sizes
 
 

@@ -7,8 +7,9 @@ written per tensor so that any heads layout is priced.  sharding.Auto ranks
 the strategies by it, `mtf_th comm --strategy auto` prints it, and perf.py
 prices a heads-parallel layer with it (heads_parallel_elements);
 tests/test_auto.py checks it against mtf's counters.  Pure Python: Layout
-answers the questions sharding.MeshLayout answers (which mesh axis a dim is
-on, an axis' size) from the parsed strings.
+answers mtf.LayoutRules' questions (which mesh axis a dim is on, an axis'
+size) from the parsed strings; sharding.MeshLayout is a Layout that also
+holds the mtf objects.
 
 Example (talking heads 24 x 32 on model:8, heads-parallel):
   heads_parallel_elements(make_spec("talking_heads", 24, 32, 32),

@@ -1,14 +1,20 @@
 """Sharding strategies for the n x m x heads core of the attention layers.
 
-A strategy owns an attention layer's data movement: the layer's call()
-hands it x (``strategy.self_attention`` / ``enc_dec_attention``), and it
-computes Q, K, V (and the dynamic R tensors), the core (J, L, W, U, O; see
-attention.attention_core) and Y with the layer's pieces.  The default
-(Strategy.self_attention) computes Q, K, V and Y as the layout lays them
-out and moves only the core (``strategy.core(...)``); GatheredBatchSplit
-moves the whole layer.  A strategy may rename dims (each rename is an mtf
-reshape: free, an all-gather or an all-to-all, depending on the layout) as
-long as the result equals the unsharded one.
+A strategy decides where an attention layer's tensors live; the layer
+computes them.  The layer calls its strategy once per call and the strategy
+never calls the layer back: the layer (layers.AttentionLayer.call) tells its
+strategy what it is about to compute in an ``AttentionCall`` (its dims,
+dynamic terms, context, X and the encoder output M), and
+``strategy.frame(call)`` returns a ``Frame``: where the layer runs its
+projections (``gather_weights``, ``to_core`` for X, M and the bias,
+``from_core`` for Y), the heads dims they carry (``dims``) and the ``core``
+the layer calls with Q, K, V (J, L, W, U, O; see attention.attention_core).
+The default Frame keeps Q, K, V and Y as the layout lays them out, and the
+strategy moves only the core (``strategy.core(...)``); GatheredBatchSplit's
+moves the whole layer; Auto returns the frame of the strategy it picks.  A
+strategy may rename dims (each rename is an mtf reshape: free, an all-gather
+or an all-to-all, depending on the layout) as long as the result equals the
+unsharded one.
 
 Select one per layer class with gin, and add the rules it names
 (``strategy.layout_rules()``) to the layout::
@@ -57,6 +63,7 @@ with a ValueError naming the dim and the mesh axis.  Every rename is written
 so that mtf lowers it to the collective named above (no allconcat hides in a
 reshape), see ``_SplitCore``.
 """
+import collections
 import functools
 
 import gin
@@ -84,8 +91,11 @@ BYTES_PER_ELEMENT = 4  # ring bytes are priced in float32 elements
 _CORE_SUFFIX = "_core"  # heads dims inside a split core: whole, on no axis
 
 
-class MeshLayout(object):
-  """A mesh shape and layout rules, asked by tensor-dimension name.
+class MeshLayout(prices.Layout):
+  """prices.Layout (a mesh shape and layout rules, asked by tensor-dim name)
+  with the mtf objects validation checks against.
+
+  Also takes a model's own mtf.Shape and mtf.LayoutRules.
 
   Example:
     MeshLayout("batch:2;model:4", "batch:batch;heads:model").axis_of("heads")
@@ -93,34 +103,15 @@ class MeshLayout(object):
   """
 
   def __init__(self, mesh_shape, layout):
-    self.mesh_shape = mtf.Shape([mtf.Dimension(n, k) for n, k in
-                                 validation.parse_mesh_shape(mesh_shape)])
-    self.rules = mtf.LayoutRules(validation.parse_layout(layout))
-    self.mesh_shape_string = ";".join(
-        "%s:%d" % (d.name, d.size) for d in self.mesh_shape.dims)
-
-  def axis_of(self, name):
-    """The mesh axis name that tensor dims called `name` map to, or None."""
-    try:
-      index = self.rules.tensor_dimension_to_mesh_axis(
-          mtf.Dimension(name, 1), self.mesh_shape)
-    except ValueError:
-      raise ValueError("layout maps dim %r to more than one mesh axis" % name)
-    return None if index is None else self.mesh_shape.dims[index].name
-
-  def axis_size(self, axis):
-    """Size of mesh axis `axis` (1 if the mesh has no such axis)."""
-    for d in self.mesh_shape.dims:
-      if d.name == axis:
-        return d.size
-    return 1
-
-  def has_axis(self, axis):
-    return axis in [d.name for d in self.mesh_shape.dims]
+    super().__init__(validation.parse_mesh_shape(mesh_shape),
+                     validation.parse_layout(layout))
+    self.mesh_shape = mtf.Shape([mtf.Dimension(n, k)
+                                 for n, k in self.mesh_pairs])
+    self.rules = mtf.LayoutRules(self.pairs)
 
   def names_on(self, axis):
     """Tensor-dim names the layout maps to mesh axis `axis`."""
-    return self.rules.mesh_dimension_name_to_tensor_dimension_names(axis)
+    return [t for t, m in self.pairs if m == axis]
 
 
 def attention_tensor_shapes(dims, batch, length):
@@ -206,8 +197,62 @@ def is_core_activation(shape, dims):
           len([n for n in names if n in heads]) == 1)
 
 
+class AttentionCall(collections.namedtuple("AttentionCall", [
+    "layer_name", "dims", "dynamic", "context", "x", "memory"])):
+  """What an attention layer tells its strategy before computing anything.
+
+  Fields:
+    layer_name: the layer's class name (Auto logs it).
+    dims: the layer's attention.AttentionDims.
+    dynamic: its dynamic terms, e.g. ("x2l", "m2w").
+    context: the mtf transformer Context.
+    x: X[batch..., length, d_model] (incremental: no length).
+    memory: encoder attention's M[batch..., memory_length, d_model] (the
+      encoder output); None for self-attention.
+  """
+
+
+class Frame(object):
+  """Where a layer computes its projections, and the core it calls.
+
+  The layer (layers.AttentionLayer.call) computes, in this order::
+
+    weights = frame.gather_weights(weights)          # {name: weight}
+    Q = compute_q(frame.to_core(X)), K, V, R_M from frame.to_core(M)
+    O = frame.core(context, frame.dims, Q, K, V, ..., frame.to_core(bias))
+    Y = frame.from_core(compute_y(O, P_o, frame.dims))
+
+  This one changes nothing: the projections run as the layout lays them
+  out, and `core` (a strategy's core, Strategy.core's arguments) moves
+  what it needs.  GatheredBatchSplit's frame cuts the batch over the mesh
+  axis instead (_Plan).
+
+  Attributes:
+    core: fn(context, dims, q, k, v, memory_length, p_l, p_w, dynamic_l,
+      dynamic_w, bias, dropout_fn) -> O[..., n, h_v, d_v].
+    dims: the heads dims Q, K, V and the weights carry in this frame.
+  """
+
+  def __init__(self, core, dims):
+    self.core = core
+    self.dims = dims
+
+  def gather_weights(self, weights):
+    """{name: weight} as the projections use them."""
+    return weights
+
+  def to_core(self, t):
+    """X, M or the bias as the projections and the core use them."""
+    return t
+
+  def from_core(self, y):
+    """Y back in the layer's layout."""
+    return y
+
+
 class Strategy(object):
-  """Base class: `core` computes O from Q, K, V; `check` validates a layout."""
+  """Base class: `frame` places a layer's projections, `core` computes O
+  from Q, K, V, `check` validates a layout."""
 
   name = None
 
@@ -231,34 +276,14 @@ class Strategy(object):
     """check() on a MeshLayout: the layer's layout must split cleanly."""
     check_layout(dims, mesh, batch, length)
 
-  def self_attention(self, layer, context, x):
-    """Y of `layer` (a layers.AttentionLayer) over x: Q, K, V, core, Y.
+  def frame(self, call):
+    """The Frame the layer of `call` (an AttentionCall) computes in.
 
-    The strategy owns the whole layer's data movement.  This default keeps
-    the projections as the layout lays them out (Q, K, V with the layer's
-    heads dims, Y summed over them) and moves only the core (self.core),
-    in every mode (train/eval, first_part, incremental).
-
-    Args:
-      layer: the layers.AttentionLayer (its weights, masks, caches).
-      context: the mtf transformer Context.
-      x: X[batch..., length, d_model] (incremental: no length).
-    Returns:
-      Y, shaped like x.
+    This default keeps the projections as the layout lays them out (Q, K, V
+    with the layer's heads dims, Y summed over them) and moves only the
+    core (self.core), in every mode (train/eval, first_part, incremental).
     """
-    weights = layer.make_weights(context)
-    q, k, v, r_m, memory_length, bias = layer.self_attention_inputs(
-        context, x, weights)
-    return layer.attend(context, x, weights, q, k, v, r_m, memory_length,
-                        bias, self.core)
-
-  def enc_dec_attention(self, layer, context, x):
-    """As self_attention, over the encoder output (layers.EncDecAttentionLayer)."""
-    weights = layer.make_weights(context)
-    q, k, v, r_m, memory_length, bias = layer.enc_dec_inputs(context, x,
-                                                              weights)
-    return layer.attend(context, x, weights, q, k, v, r_m, memory_length,
-                        bias, self.core)
+    return Frame(self.core, call.dims)
 
   def core(self, context, dims, q, k, v, memory_length, p_l, p_w, dynamic_l,
            dynamic_w, bias, dropout_fn):
@@ -787,50 +812,39 @@ class GatheredBatchSplit(BatchSplit):
     self._check(dims, mesh, split.size, _size_of(x, LENGTH))
     return _Plan(self, dims, split, mesh)
 
-  def _attend(self, layer, context, plan, x, q, k, v, r_m, weights,
-              memory_length, bias):
-    """The core and Y on the cut batch; Y all-gathered to the layer's X."""
-    def core(context, dims, q, k, v, memory_length, p_l, p_w, dynamic_l,
-             dynamic_w, bias, dropout_fn):
-      with tf.variable_scope(CORE_SCOPE):
-        return ordered_core(q, k, v, memory_length, dims, p_l, p_w,
-                            dynamic_l, dynamic_w, bias,
-                            plan.dropout(dropout_fn, context))
-    y = layer.attend(context, x, weights, q, k, v, r_m, memory_length,
-                     plan.to_core(bias), core, dims=plan.dims)
-    return plan.from_core(y)
+  def frame(self, call):
+    """See Strategy.frame: X cut over the batch for free, the weights
+    gathered, Q, K, V, the core and Y on the cut batch, Y all-gathered.
+    Self-attention derives M from the cut X, so that X's gradient is
+    gathered once.  While decoding: BatchSplit's (the layer's frame)."""
+    if call.context.mode in _CACHING_MODES:
+      return super().frame(call)
+    return _GatheredFrame(self._plan(call.context, call.dims, call.x))
 
-  def _gathered(self, layer, context, x, memory_fn, memory_length, bias):
-    """Y of x: X cut over the batch for free, the weights gathered, Q, K, V,
-    the core and Y on the cut batch, Y all-gathered.  memory_fn(plan,
-    x_core) gives the cut memory M (self-attention derives it from the cut
-    X, so that X's gradient is gathered once)."""
-    plan = self._plan(context, layer.dims, x)
-    weights = plan.gather_weights(layer.make_weights(context))
-    x_core = plan.to_core(x)
-    q = attention.compute_q(x_core, weights["p_q"], context.model.model_dim)
-    k, v, r_m = layer.memory_terms(context, memory_fn(plan, x_core), weights)
-    return self._attend(layer, context, plan, x_core, q, k, v, r_m, weights,
-                        memory_length, bias)
 
-  def self_attention(self, layer, context, x):
-    """See Strategy.self_attention."""
-    if context.mode in _CACHING_MODES:
-      return super().self_attention(layer, context, x)
-    memory_length = layer.memory_length(context)
-    def memory_fn(unused_plan, x_core):
-      return mtf.replace_dimensions(x_core, context.length_dim, memory_length)
-    return self._gathered(layer, context, x, memory_fn, memory_length,
-                          layer.self_attention_bias(context, x))
+class _GatheredFrame(Frame):
+  """GatheredBatchSplit's Frame: its _Plan's cut, gather and all-gather."""
 
-  def enc_dec_attention(self, layer, context, x):
-    """See Strategy.enc_dec_attention."""
-    if context.mode in _CACHING_MODES:
-      return super().enc_dec_attention(layer, context, x)
-    m = context.encoder_output
-    memory_length, = [d for d in m.shape.dims if d.name == MEMORY_LENGTH]
-    return self._gathered(layer, context, x, lambda plan, _: plan.to_core(m),
-                          memory_length, layer.enc_dec_bias(context))
+  def __init__(self, plan):  # pylint: disable=super-init-not-called
+    self.plan = plan
+    self.dims = plan.dims
+
+  def core(self, context, dims, q, k, v, memory_length, p_l, p_w, dynamic_l,
+           dynamic_w, bias, dropout_fn):
+    """ordered_core on the cut batch (Q, K, V already there)."""
+    with tf.variable_scope(CORE_SCOPE):
+      return ordered_core(q, k, v, memory_length, dims, p_l, p_w, dynamic_l,
+                          dynamic_w, bias,
+                          self.plan.dropout(dropout_fn, context))
+
+  def gather_weights(self, weights):
+    return self.plan.gather_weights(weights)
+
+  def to_core(self, t):
+    return self.plan.to_core(t)
+
+  def from_core(self, y):
+    return self.plan.from_core(y)
 
 
 # ------------------------------------------------------------- prediction
@@ -1024,11 +1038,12 @@ class Auto(Strategy):
     """See Strategy.check: raises if no candidate applies."""
     self.choose(dims, MeshLayout(mesh_shape, layout), batch, length, 1)
 
-  def _chosen(self, layer, context, x, memory_length):
+  def _chosen(self, call, memory_length):
+    context = call.context
     mesh = _model_layout(context)
     if mesh is None:
       return HeadsParallel()
-    batch = _size_of(x, BATCH) or 1
+    batch = _size_of(call.x, BATCH) or 1
     length = context.length_dim.size
     layout = context.model.layout
     # the rule can be added where the layout lacks it and is the object
@@ -1038,17 +1053,17 @@ class Auto(Strategy):
     vocab = getattr(getattr(context.model, "output_vocab_dim", None) or
                     getattr(context.model, "input_vocab_dim", None), "size",
                     None)  # an encoder's stack has no output vocabulary
-    d_model, name = context.model.model_dim.size, type(layer).__name__
+    d_model, name = context.model.model_dim.size, call.layer_name
     model = vocab and planner.model_for_layer(
-        vocab, batch, planner.attention_of(layer.dims, layer.dynamic, name),
+        vocab, batch, planner.attention_of(call.dims, call.dynamic, name),
         d_model, length)
     strategy, predicted, table = self.choose(
-        layer.dims, ruled if can_add else mesh, batch, length, d_model,
-        layer.dynamic, memory_length, add_rule=False, model=model or None,
+        call.dims, ruled if can_add else mesh, batch, length, d_model,
+        call.dynamic, memory_length, add_rule=False, model=model or None,
         layer_class=name)
     added = (add_layout_rules(layout, strategy.layout_rules()) if can_add
              else [])
-    line = describe_choice(type(layer).__name__, mesh, batch, length,
+    line = describe_choice(call.layer_name, mesh, batch, length,
                            strategy.name, predicted, table, memory_length)
     if predicted > min(v for v in table.values() if not isinstance(v, str)):
       line += "; the fastest predicted on %s%s" % (
@@ -1064,16 +1079,11 @@ class Auto(Strategy):
       tf.logging.warning(self.note)
     return strategy
 
-  def self_attention(self, layer, context, x):
-    """The chosen strategy's self_attention."""
-    strategy = self._chosen(layer, context, x, None)
-    return strategy.self_attention(layer, context, x)
-
-  def enc_dec_attention(self, layer, context, x):
-    """The chosen strategy's enc_dec_attention."""
-    memory = context.encoder_output
-    strategy = self._chosen(layer, context, x, _size_of(memory, MEMORY_LENGTH))
-    return strategy.enc_dec_attention(layer, context, x)
+  def frame(self, call):
+    """The chosen strategy's frame (see Strategy.frame)."""
+    memory_length = (None if call.memory is None
+                     else _size_of(call.memory, MEMORY_LENGTH))
+    return self._chosen(call, memory_length).frame(call)
 
 
 # Every named strategy (what `mtf_th comm --strategy all` measures).

@@ -148,10 +148,7 @@ def check_mesh_and_layout(mesh_shape, layout, tensor_shapes, num_devices=None,
   for _, size in mesh:
     needed *= size
   if num_devices is not None:
-    if isinstance(num_devices, bool) or not isinstance(num_devices, int) or (
-        num_devices < 1):
-      raise ValueError("num_devices must be a positive integer, got %r"
-                       % (num_devices,))
+    spec.positive_int("num_devices", num_devices)
     if needed > num_devices:
       raise ValueError(
           "mesh_shape: %s needs %d devices but only %d are available "

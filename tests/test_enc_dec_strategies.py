@@ -1,10 +1,10 @@
 """The strategies that own a whole layer also serve encoder-decoder models.
 
-GatheredBatchSplit, BatchQuerySplit and Auto compute Q, K, V and Y
-themselves (Strategy.self_attention / enc_dec_attention), so the attention
-over the encoder output (memory length 6 != query length 8, the encoder's
-padding mask with a batch dim) has its own path.  A Bitransformer (encoder:
-TalkingHeadsAttention; decoder: TalkingHeadsAttention and
+GatheredBatchSplit places Q, K, V and Y itself (its sharding.Frame cuts the
+batch, M included), BatchQuerySplit and Auto choose per call, so the
+attention over the encoder output (memory length 6 != query length 8, the
+encoder's padding mask with a batch dim) has its own path.  A Bitransformer
+(encoder: TalkingHeadsAttention; decoder: TalkingHeadsAttention and
 TalkingHeadsEncoderAttention; d_model 16, vocab 32) is trained one step on
 model:4 under each strategy, from the weights of an unsharded reference
 (HeadsParallel(ordered=False), the paper's layout): loss, logits and every

@@ -4,7 +4,8 @@ Owns what the estimator needs to run on the cluster that
 mtf_talking_heads.cluster describes (activated by the command): the session
 configuration (target task 0, isolated session state, deadlines), the
 pre-flight that asks the servers (devices, shared storage), the exact
-mesh-size check, and the one-line message for a task lost mid-run.
+mesh-size check.  The one-line message for a task lost mid-run is
+errors.lost_task_error.
 """
 import contextlib
 import os
@@ -22,10 +23,6 @@ PREFLIGHT_TIMEOUT_MS = 20000
 # How long closing a session may wait for the servers (see
 # compat.bounded_session_close): a lost task makes it wait forever.
 CLOSE_TIMEOUT_SECS = 10.0
-
-# Errors of a lost or unreachable task.
-LOST_TASK_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
-                    tf.errors.CancelledError, tf.errors.DeadlineExceededError)
 
 
 def bounded_session_close():
@@ -174,26 +171,3 @@ def data_paths():
   except (ImportError, ValueError):
     return []
   return list(paths["train"]) + list(paths["validation"])
-
-
-def lost_task_error(e, model_dir, checkpoint_step):
-  """The TrainingError for an op error that lost a task, or None.
-
-  Args:
-    e: the tf.errors.OpError the run ended with.
-    model_dir: the model directory (None: eval/decode, no resume step).
-    checkpoint_step: its last complete checkpoint's step (or None).
-  """
-  active = cluster_lib.active()
-  if active is None or not isinstance(e, LOST_TASK_ERRORS):
-    return None
-  text = str(getattr(e, "message", "") or e)
-  cause = next((l.strip() for l in text.splitlines()
-                if l.strip() and not l.startswith(("Graph execution", "From",
-                                                   "Additional GRPC"))),
-               type(e).__name__)
-  cause = "%s: %s" % (type(e).__name__, cause[:120])
-  if model_dir is None:
-    return errors.TrainingError(active.fault_message(None, None, cause))
-  return errors.TrainingError(
-      active.fault_message(model_dir, checkpoint_step, cause))

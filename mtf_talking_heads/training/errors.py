@@ -2,12 +2,19 @@
 
 Owns ConfigError (a configuration problem, found before any graph is built),
 TrainingError (an op failed while the graph ran), Interrupted (Ctrl-C), and
-the one-line message that names a failing op, its cause and the fix.
+the one-line message that names a failing op, its cause and the fix, or
+the task a --cluster run lost.
 """
 import contextlib
 import re
 
 import tensorflow.compat.v1 as tf
+
+from mtf_talking_heads import cluster as cluster_lib
+
+# Errors of a lost or unreachable task (--cluster).
+LOST_TASK_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
+                    tf.errors.CancelledError, tf.errors.DeadlineExceededError)
 
 
 class ConfigError(ValueError):
@@ -81,9 +88,31 @@ def op_errors_stop(doing):
   try:
     yield
   except tf.errors.OpError as e:
-    from mtf_talking_heads.training import cluster  # pylint: disable=g-import-not-at-top
-    lost = cluster.lost_task_error(e, None, None)  # --cluster: a lost task
+    lost = lost_task_error(e, None, None)  # --cluster: a lost task
     if lost is not None:
       raise lost from None
     failure, fix = op_failure(e)
     raise TrainingError("%s while %s. %s." % (failure, doing, fix)) from None
+
+
+def lost_task_error(e, model_dir, checkpoint_step):
+  """The TrainingError for an op error that lost a task, or None.
+
+  Args:
+    e: the tf.errors.OpError the run ended with.
+    model_dir: the model directory (None: eval/decode, no resume step).
+    checkpoint_step: its last complete checkpoint's step (or None).
+  """
+  active = cluster_lib.active()
+  if active is None or not isinstance(e, LOST_TASK_ERRORS):
+    return None
+  text = str(getattr(e, "message", "") or e)
+  cause = next((l.strip() for l in text.splitlines()
+                if l.strip() and not l.startswith(("Graph execution", "From",
+                                                   "Additional GRPC"))),
+               type(e).__name__)
+  cause = "%s: %s" % (type(e).__name__, cause[:120])
+  if model_dir is None:
+    return TrainingError(active.fault_message(None, None, cause))
+  return TrainingError(
+      active.fault_message(model_dir, checkpoint_step, cause))

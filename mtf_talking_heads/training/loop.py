@@ -129,7 +129,7 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
           "(%s). Use the gin files it was trained with (see its "
           "operative_config.gin) or a new --model_dir."
           % (model_dir, start, str(e).splitlines()[0])) from None
-    raise (training_cluster.lost_task_error(
+    raise (errors.lost_task_error(
         e, model_dir, checkpoints.latest_step(model_dir)) or
            errors.TrainingError(
                _op_error_message(e, model_dir, hook.last_step))) from None
