@@ -115,10 +115,13 @@ def dim_pair(value, default_name, param):
   """An int, (name, size) pair or mtf.Dimension -> (name, size), size > 0.
 
   The one check of a dim given to a layer or a checker (attention.make_dims,
-  the layers' heads arguments, validation's d_model, length, ...): the
-  message names `param`, the argument the caller set.  A bool is refused.
+  the layers' heads arguments, validation's d_model, length, the dims of
+  its tensor_shapes, ...): the message names `param`, the argument the
+  caller set.  A bool is refused; so is an int when default_name is None
+  (a dim that must be named).
   """
-  pair = (default_name, value) if isinstance(value, int) else value
+  pair = ((default_name, value)
+          if isinstance(value, int) and default_name is not None else value)
   try:
     name, size = pair
     ok = (isinstance(name, str) and isinstance(size, int)
@@ -126,8 +129,9 @@ def dim_pair(value, default_name, param):
   except (TypeError, ValueError):
     ok = False
   if not ok:
-    raise ValueError("%s must be an int or a (name, size) pair, got %r"
-                     % (param, value))
+    raise ValueError("%s must be %sa (name, size) pair, got %r"
+                     % (param, "" if default_name is None else "an int or ",
+                        value))
   if size <= 0:
     raise ValueError("%s must have a positive size, got %r; set %s to a "
                      "positive integer" % (param, value, param))

@@ -54,13 +54,8 @@ def parse_grid(specs):
               "grid cannot set: sweep its rows with --paper_table "
               "lm_variants --rows 10,11 or a gin file setting groups")
     else:
-      parsed = []
-      for v in items:
-        if not v.isdigit() or int(v) <= 0:
-          raise ValueError("grid: %s value %r is not a positive integer"
-                           % (key, v))
-        parsed.append(int(v))
-      items = parsed
+      items = [rows_lib.positive_int(int(v) if v.isdigit() else v, key,
+                                     "grid") for v in items]
     if len(set(items)) != len(items):
       raise ValueError("grid: %s lists a value twice in %r" % (key, spec))
     grid[key] = items

@@ -12,6 +12,7 @@ import shlex
 
 from mtf_talking_heads import costs
 from mtf_talking_heads import gin_text as gin_reader
+from mtf_talking_heads import spec as spec_lib
 from mtf_talking_heads.sweep import report
 from mtf_talking_heads.sweep import rows as rows_lib
 
@@ -132,8 +133,7 @@ class Plan(object):
     if scale not in SCALES:
       raise ValueError("scale=%r is unknown; choose from %s"
                        % (scale, ", ".join(SCALES)))
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-      raise ValueError("seeds must be a positive integer, got %r" % (seeds,))
+    spec_lib.positive_int("seeds", seeds)
     if not output_dir:
       raise ValueError("output_dir is required")
     names = [r.name for r in rows]

@@ -135,10 +135,8 @@ class Settings(object):
       self.batch_size = mtf_utils.compute_batch_size(
           self.sequence_length_or_none(), self.mesh_shape, self.layout,
           self.batch_size)
-    if not isinstance(self.batch_size, int) or self.batch_size < 1:
-      raise errors.ConfigError("batch_size must be a positive integer, got %r "
-                               "(macro batch_size / utils.run.batch_size)"
-                               % (self.batch_size,))
+    errors.positive_int("batch_size", self.batch_size,
+                        " (macro batch_size / utils.run.batch_size)")
     self.sequence_length = self.sequence_length_or_none()
     if self.sequence_length is None:
       raise errors.ConfigError(
