@@ -17,6 +17,7 @@ from mesh_tensorflow.transformer import transformer
 from mesh_tensorflow.transformer import utils as mtf_utils
 import tensorflow.compat.v1 as tf
 
+from mtf_talking_heads import compat
 from mtf_talking_heads import progress
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import settings as settings_lib
@@ -54,7 +55,7 @@ class CheckpointKeeper(tf.train.CheckpointSaverListener):
       return
     keep = self.protected()
     self.saver.set_last_checkpoints_with_time([
-        (path, t) for path, t in self.saver._last_checkpoints  # pylint: disable=protected-access
+        (path, t) for path, t in compat.checkpoints_with_time(self.saver)
         if int(mtf_utils.get_step_from_checkpoint_path(path)) not in keep])
 
 
