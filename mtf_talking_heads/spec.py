@@ -34,6 +34,11 @@ import re
 DYNAMIC_TERMS = ("x2l", "m2l", "x2w", "m2w")
 LOGITS_TERMS = ("x2l", "m2l")
 WEIGHTS_TERMS = ("x2w", "m2w")
+# The variant names code branches on (everything else reads VARIANT_TABLE).
+MULTI_HEAD = "multi_head"
+TALKING_HEADS = "talking_heads"
+PROJECT_LOGITS = "project_logits"
+PROJECT_WEIGHTS = "project_weights"
 GROUPED = "grouped_talking_heads"
 BILINEAR = "general_bilinear"
 DYNAMIC = "dynamic_projections"
@@ -57,13 +62,13 @@ Attributes:
 
 # The one table of variant names, in the order the commands list them.
 VARIANT_TABLE = (
-    Variant("multi_head", "multi-head", False, False, "MultiHeadAttention",
+    Variant(MULTI_HEAD, "multi-head", False, False, "MultiHeadAttention",
             True, True),
-    Variant("talking_heads", "talking-heads", True, True,
+    Variant(TALKING_HEADS, "talking-heads", True, True,
             "TalkingHeadsAttention", True, True),
-    Variant("project_logits", "project logits", True, False,
+    Variant(PROJECT_LOGITS, "project logits", True, False,
             "ProjectLogitsAttention", True, True),
-    Variant("project_weights", "project weights", False, True,
+    Variant(PROJECT_WEIGHTS, "project weights", False, True,
             "ProjectWeightsAttention", True, True),
     Variant(BILINEAR, "general bilinear", False, False,
             "GeneralBilinearAttention", True, False),
@@ -98,6 +103,16 @@ def layer_class_names(variant):
   """(self-attention class, encoder-attention class) names of a variant."""
   name = VARIANT[variant].layer
   return name, name[:-len("Attention")] + "EncoderAttention"
+
+
+def variant_with(project_logits, project_weights):
+  """The plain variant (multi-head, talking heads or one projection) whose
+  projections are these: VARIANT_TABLE's row with those P_l, P_w."""
+  for name in (MULTI_HEAD, TALKING_HEADS, PROJECT_LOGITS, PROJECT_WEIGHTS):
+    v = VARIANT[name]
+    if (v.project_logits, v.project_weights) == (bool(project_logits),
+                                                 bool(project_weights)):
+      return name
 
 
 def positive_int(name, value, hint=""):
@@ -376,7 +391,7 @@ def make_spec(variant, heads, d_k=None, d_v=None, heads_k=None, heads_v=None,
     if not parse_dynamic(dynamic):
       raise ValueError("variant 'dynamic_projections' needs a non-empty "
                        "dynamic list")
-    variant = "talking_heads"
+    variant = TALKING_HEADS
   check_variant(variant)
   heads = positive_int("heads", heads)
   heads_k, heads_v, d_k, d_v = resolve_dims(

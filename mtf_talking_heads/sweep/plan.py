@@ -311,7 +311,7 @@ class Plan(object):
                   final_step=self.eval_steps[-1],
                   model_dir=self.model_dir(row, seed))
     record.update({d: getattr(row, d) for d in rows_lib.DIMS})
-    if row.variant == "general_bilinear":  # no d_k, d_v of its own
+    if row.variant == spec_lib.BILINEAR:  # no d_k, d_v of its own
       record["d_k"] = record["d_v"] = self.d_model[row.name]
     record.update(self.cost_record(row))
     return record
