@@ -274,6 +274,22 @@ def checkpoints_with_time(saver):
   return list(saver._last_checkpoints)  # pylint: disable=protected-access
 
 
+def cache_writer_without_graph(model_dir):
+  """Breakage: TF's FileWriterCache cannot be given a writer.
+
+  Its get(model_dir) creates a FileWriter with the default graph, which
+  writes the whole graph into the events file; the cache has no public way
+  to hold a writer made without it.  Puts one (for `model_dir`, unless the
+  cache has one) in its private dict, under its lock.
+  """
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+  cache = tf.summary.FileWriterCache
+  with cache._lock:  # pylint: disable=protected-access
+    if model_dir not in cache._cache:  # pylint: disable=protected-access
+      with tf.Graph().as_default():  # (FileWriter refuses eager mode)
+        cache._cache[model_dir] = tf.summary.FileWriter(model_dir)  # pylint: disable=protected-access
+
+
 def mtf_filter_features():
   """Breakage: mtf's transformer/utils.py keeps its feature filter private.
 

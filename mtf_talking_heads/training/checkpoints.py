@@ -96,20 +96,15 @@ def checkpoint_policy(model_dir, keeper, write_graph):
   it is created; unless write_graph, it is created here without the graph.
   The writer is closed at the end: one events file per run.
   """
-  from tensorflow.python.summary.writer import writer_cache  # pylint: disable=g-import-not-at-top
   saved = tf.train.CheckpointSaverHook
   tf.train.CheckpointSaverHook = _saver_hook_class(keeper, write_graph)
   if not write_graph:
-    cache = writer_cache.FileWriterCache
-    with cache._lock:  # pylint: disable=protected-access
-      if model_dir not in cache._cache:  # pylint: disable=protected-access
-        with tf.Graph().as_default():  # (FileWriter refuses eager mode)
-          cache._cache[model_dir] = tf.summary.FileWriter(model_dir)  # pylint: disable=protected-access
+    compat.cache_writer_without_graph(model_dir)
   try:
     yield
   finally:
     tf.train.CheckpointSaverHook = saved
-    writer_cache.FileWriterCache.clear()
+    tf.summary.FileWriterCache.clear()
 
 
 # --------------------------------------------------------------------------
