@@ -55,7 +55,9 @@ def attention_layer(row, encdec=False, **kwargs):
   """The row's self-attention layer (encdec: its attention over the
   encoder output), as its gin file configures it; kwargs go to the layer."""
   variant = spec.VARIANT[row.variant]
-  args = dict(kwargs, heads=row.heads, d_k=row.d_k, d_v=row.d_v)
+  args = dict(kwargs, heads=row.heads)
+  if row.variant != spec.BILINEAR:  # its d_k = d_v = d_model
+    args.update(d_k=row.d_k, d_v=row.d_v)
   if variant.project_logits:
     args["heads_k"] = row.heads_k
   if variant.project_weights:
