@@ -20,7 +20,11 @@ attribute) the op seed variable_seed(<full variable name>) when it has none.
 TF combines it with the graph seed (the run's seed, mtf_th.train_model.seed),
 so the initial value of a variable is a function of (seed, name, shape,
 initializer) only: the same on every mesh, layout and strategy, for every
-variable mtf or this package creates.
+variable mtf or this package creates with an initializer.  Not covered: a
+variable created with initializer=None (mtf's relative_attention_bias),
+which TF fills with its default glorot_uniform op, unseeded; it stays the
+same on every mesh because every strategy creates it at the same point
+(tests/test_init_seeds.py shows both).
 
 Example:
   with tf.Graph().as_default():

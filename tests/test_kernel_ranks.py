@@ -55,24 +55,33 @@ def _decode_graph(layer, mesh_shape, layout):
                          su.impl_cls(mesh_shape)).graph
 
 
-# graph builder, and how many graphs hold the core's ops: decoding has
-# first_part in the main graph, incremental in the while loop's body
+# graph builder, and how many parts (outside a while loop, inside one) hold
+# the core's ops: decoding has first_part outside, incremental inside
 GRAPHS = {"train": (_train_graph, 1), "decode": (_decode_graph, 2)}
 
 
-def graphs_in(graph):
-  """graph and the function graphs it holds (while-loop bodies), nested."""
-  graphs = [graph]
+def ops_by_part(graph, in_loop=False):
+  """(ops outside any while loop, ops inside one) of graph, nested.
+
+  With control flow v2 (TF 2's default) a loop's body is a function graph
+  of its own; with v1 (what `mtf_th train` selects by
+  tf.disable_v2_behavior(), so any test that ran its main in this process
+  leaves it on) the body's ops stay in the graph, in a while context.
+  """
+  outside, inside = [], []
+  for op in graph.get_operations():
+    looped = in_loop or op._control_flow_context is not None  # pylint: disable=protected-access
+    (inside if looped else outside).append(op)
   for function in graph._functions.values():  # pylint: disable=protected-access
-    graphs.extend(graphs_in(function.graph))
-  return graphs
+    _, body = ops_by_part(function.graph, in_loop=True)
+    inside.extend(body)
+  return outside, inside
 
 
-def limited_inputs(graph):
-  """(op name, op type, rank) of every input of a rank-limited op in graph."""
+def limited_inputs(ops):
+  """(op name, op type, rank) of every input of a rank-limited op."""
   return [(op.name, op.type, x.shape.rank)
-          for op in graph.get_operations() if op.type in RANK_LIMITS
-          for x in op.inputs]
+          for op in ops if op.type in RANK_LIMITS for x in op.inputs]
 
 
 def _cases():
@@ -104,8 +113,8 @@ def test_no_rank_limited_op_gets_too_many_dims(model, strategy_name, mesh,
   mesh_shape = MESHES[mesh]
   layout = su.layout_for(layer, mesh_shape, strategy)
   build, parts = GRAPHS[graph]
-  seen = [limited_inputs(g) for g in graphs_in(build(layer, mesh_shape,
-                                                     layout))]
+  seen = [limited_inputs(ops)
+          for ops in ops_by_part(build(layer, mesh_shape, layout))]
   assert len([s for s in seen if s]) == parts, "a core's softmax is missing"
   bad = [(name, rank) for inputs in seen for name, op_type, rank in inputs
          if rank is None or rank > RANK_LIMITS[op_type]]
