@@ -39,6 +39,7 @@ from mtf_talking_heads import costs
 from mtf_talking_heads import harness
 from mtf_talking_heads import layers
 from mtf_talking_heads import sharding
+from mtf_talking_heads import spec
 
 # batch 1 cannot be split over a "batch" mesh axis: there the 768-heads
 # rows use the smallest batch that can (2), and say so.
@@ -81,7 +82,7 @@ def comm_table(out=sys.stdout):
                 label, mesh, variant, name, reason.replace("|", "/"),
                 " |" * (len(cols) - 5)), file=out)
             continue
-          if variant == "multi_head" and name == "heads_parallel":
+          if variant == spec.MULTI_HEAD and name == "heads_parallel":
             base = r["ring_bytes_per_device"]
           r["dims"], r["mesh"] = label, mesh
           rows.append(r)

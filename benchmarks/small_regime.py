@@ -41,6 +41,7 @@ from mtf_talking_heads import comparison
 from mtf_talking_heads import costs
 from mtf_talking_heads import harness
 from mtf_talking_heads import layers
+from mtf_talking_heads import spec
 from mtf_talking_heads import sweep
 
 D_MODEL, D_FF, LENGTH, BATCH, VOCAB, NUM_LAYERS = 128, 512, 128, 16, 384, 2
@@ -53,24 +54,20 @@ RELATIVE = dict(relative_attention_type="bias_shared",
 def attention_layer(row, encdec=False, **kwargs):
   """The row's self-attention layer (encdec: its attention over the
   encoder output), as its gin file configures it; kwargs go to the layer."""
-  dims = dict(d_k=row.d_k, d_v=row.d_v, **kwargs)
-  prefix = "EncoderAttention" if encdec else "Attention"
-  if row.variant == "multi_head":
-    return getattr(layers, "MultiHead" + prefix)(heads=row.heads, **dims)
-  if row.variant == "project_logits":
-    return getattr(layers, "ProjectLogits" + prefix)(
-        heads_k=row.heads_k, heads=row.heads, **dims)
-  if row.variant == "project_weights":
-    return getattr(layers, "ProjectWeights" + prefix)(
-        heads=row.heads, heads_v=row.heads_v, **dims)
-  heads = dict(heads_k=row.heads_k, heads=row.heads, heads_v=row.heads_v)
-  if row.variant == "dynamic_projections":
-    return getattr(layers, "DynamicProjections" + prefix)(
-        dynamic=list(row.dynamic), **heads, **dims)
-  if row.variant == "grouped_talking_heads":
-    return getattr(layers, "GroupedTalkingHeads" + prefix)(
-        groups=row.groups, **heads, **dims)
-  return getattr(layers, "TalkingHeads" + prefix)(**heads, **dims)
+  variant = spec.VARIANT[row.variant]
+  args = dict(kwargs, heads=row.heads)
+  if row.variant != spec.BILINEAR:  # its d_k = d_v = d_model
+    args.update(d_k=row.d_k, d_v=row.d_v)
+  if variant.project_logits:
+    args["heads_k"] = row.heads_k
+  if variant.project_weights:
+    args["heads_v"] = row.heads_v
+  if row.variant == spec.DYNAMIC:
+    args["dynamic"] = list(row.dynamic)
+  if row.variant == spec.GROUPED:
+    args["groups"] = row.groups
+  name = spec.layer_class_names(row.variant)[1 if encdec else 0]
+  return getattr(layers, name)(**args)
 
 
 def _dense():
@@ -100,8 +97,8 @@ def make_model(row, num_layers=NUM_LAYERS, d_model=D_MODEL, batch=BATCH,
 
 def multiplies(row):
   variant, dynamic = row.variant, row.dynamic
-  if variant == "dynamic_projections":
-    variant = "talking_heads"
+  if variant == spec.DYNAMIC:
+    variant = spec.TALKING_HEADS
   return costs.attention_costs(variant, row.heads_k, row.heads, row.heads_v,
                                row.d_k, row.d_v, d_model=D_MODEL,
                                length=LENGTH, dynamic=dynamic,

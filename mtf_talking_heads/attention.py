@@ -141,8 +141,6 @@ def make_dims(heads_k, heads, heads_v, d_k, d_v, groups=None):
       _to_dim(heads_v, "heads_v", "heads_v"), _to_dim(d_k, "d_k", "d_k"),
       _to_dim(d_v, "d_v", "d_v"))
   if groups is not None:
-    if isinstance(groups, bool):
-      raise ValueError("groups must be a positive integer, got %r" % groups)
     dims = _per_group(dims, _to_dim(groups, "groups", "groups"))
   by_name = {}
   for param, dim in zip(AttentionDims._fields, dims):

@@ -27,6 +27,8 @@ import shlex
 import socket
 import time
 
+from mtf_talking_heads import spec
+
 JOB = "worker"
 PROBE_TIMEOUT_SECS = 10.0  # per task; the tasks are probed in parallel
 
@@ -94,10 +96,11 @@ class Cluster(object):
 
   def __init__(self, addresses, devices_per_task=1, command=None):
     self.addresses = list(addresses)
-    if not isinstance(devices_per_task, int) or devices_per_task < 1:
-      raise ClusterError("--devices_per_task must be a positive integer, "
-                         "got %r" % (devices_per_task,))
-    self.devices_per_task = devices_per_task
+    try:
+      self.devices_per_task = spec.positive_int("--devices_per_task",
+                                                devices_per_task)
+    except ValueError as e:
+      raise ClusterError(str(e)) from None
     self.device_type = "CPU"
     self.command = command
 

@@ -38,6 +38,8 @@ import math
 import os
 import statistics
 
+from mtf_talking_heads import spec as spec_lib
+
 TRAIN_LOG = "train_log.csv"
 EVAL_RESULTS = "eval_results.csv"
 COMPARISON_CSV = "comparison.csv"
@@ -45,7 +47,7 @@ COMPARISON_MD = "comparison.md"
 # Optional, in the sweep's directory: step times measured side by side
 # (benchmarks/small_regime.py); they replace the runs' own for equal time.
 STEP_TIMES = "step_times.csv"
-BASELINE = "multi_head"
+BASELINE = spec_lib.MULTI_HEAD
 COLUMNS = ("row", "baseline", "heads", "seed", "final_step", "ln_ppl",
            "baseline_ln_ppl", "delta_equal_steps", "equal_time_sec",
            "delta_equal_time", "step_time_sec", "baseline_step_time_sec",

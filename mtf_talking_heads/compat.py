@@ -204,9 +204,112 @@ def configure_estimator(estimator, seed):
   if not config.master and _LOGICAL_CPUS:
     changes["session_config"] = estimator_session_config(
         len(_LOGICAL_CPUS), base=config.session_config)
-  config = config.replace(**changes)
+  set_run_config(estimator, config.replace(**changes))
+
+
+def logical_cpu_count():
+  """How many logical CPU devices split_cpu made in this process (0: none)."""
+  return len(_LOGICAL_CPUS)
+
+
+# --------------------------------------------------------------------------
+# Private fields of TensorFlow, the estimator, mtf and gin, each read or set
+# here only, because the pinned version has no public way to do it.
+
+def set_run_config(estimator, config):
+  """Breakage: tf.estimator.Estimator has no setter for its RunConfig.
+
+  t5's utils.run builds the estimator, so its config (seed, session config,
+  --cluster master) can only be changed afterwards, in the private fields
+  the estimator reads it from.
+  """
   estimator._config = config  # pylint: disable=protected-access
   estimator._session_config = config.session_config  # pylint: disable=protected-access
+
+
+def wrap_model_fn(estimator, wrap):
+  """Breakage: tf.estimator.Estimator cannot wrap its model_fn once built.
+
+  t5's utils.run passes mtf's model_fn to the estimator itself; this replaces
+  the estimator's private model_fn with wrap(model_fn) (init_seeds).
+  """
+  estimator._model_fn = wrap(estimator._model_fn)  # pylint: disable=protected-access
+
+
+def run_config_with_master(config, target):
+  """Breakage: RunConfig.replace refuses master and evaluation_master.
+
+  TF 2.15's RunConfig takes them only from the TF_CONFIG environment
+  variable, which would also make the estimator start a distributed
+  coordinator; a --cluster run only needs its sessions on `target`.
+  Sets both private fields of `config` (a fresh copy from replace) and
+  returns it.
+  """
+  config._master = target  # pylint: disable=protected-access
+  config._evaluation_master = target  # pylint: disable=protected-access
+  return config
+
+
+def add_control_inputs(op, inputs):
+  """Breakage: TF has no public way to add control edges to an existing op.
+
+  tf.control_dependencies only applies to ops created inside it; hooks.py
+  orders an already built optimizer write after the reads of its variable.
+  """
+  op._add_control_inputs(inputs)  # pylint: disable=protected-access
+
+
+def control_outputs(op):
+  """Breakage: tf.Operation lists its control inputs publicly but not the
+  ops that depend on it by a control edge; its private list (a copy)."""
+  return list(op._control_outputs)  # pylint: disable=protected-access
+
+
+def checkpoints_with_time(saver):
+  """Breakage: tf.train.Saver's last_checkpoints drops the times.
+
+  set_last_checkpoints_with_time needs [(path, time)], which only the
+  saver's private list holds; a copy of it.
+  """
+  return list(saver._last_checkpoints)  # pylint: disable=protected-access
+
+
+def cache_writer_without_graph(model_dir):
+  """Breakage: TF's FileWriterCache cannot be given a writer.
+
+  Its get(model_dir) creates a FileWriter with the default graph, which
+  writes the whole graph into the events file; the cache has no public way
+  to hold a writer made without it.  Puts one (for `model_dir`, unless the
+  cache has one) in its private dict, under its lock.
+  """
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+  cache = tf.summary.FileWriterCache
+  with cache._lock:  # pylint: disable=protected-access
+    if model_dir not in cache._cache:  # pylint: disable=protected-access
+      with tf.Graph().as_default():  # (FileWriter refuses eager mode)
+        cache._cache[model_dir] = tf.summary.FileWriter(model_dir)  # pylint: disable=protected-access
+
+
+def mtf_filter_features():
+  """Breakage: mtf's transformer/utils.py keeps its feature filter private.
+
+  utils.run maps every input example through _filter_features (drops the
+  features the model does not read); an input built outside utils.run must
+  do the same to feed the same tensors.  Returns that function.
+  """
+  from mesh_tensorflow.transformer import utils as mtf_utils  # pylint: disable=g-import-not-at-top
+  return mtf_utils._filter_features  # pylint: disable=protected-access
+
+
+def gin_search_path():
+  """Breakage: gin-config 0.5 has no public view of its file search path.
+
+  add_config_file_search_path only appends; this returns gin's private list
+  of directories (read only) so a gin file can be resolved as gin would, and
+  a directory is added once.
+  """
+  import gin  # pylint: disable=g-import-not-at-top
+  return gin.config._LOCATION_PREFIXES  # pylint: disable=protected-access
 
 
 @contextlib.contextmanager

@@ -341,7 +341,7 @@ PAPER_TABLES = dict([
 # Printed figures that do not follow from the paper's pseudocode:
 # (variant, what we count instead).  Everything else matches exactly.
 PAPER_MISMATCHES = {
-    "general_bilinear": (
+    spec_lib.BILINEAR: (
         "multiplies: the paper prints 7.650e9 = 2*n*d^2*h + 2*n*m*d, i.e. "
         "its n*m*d_M*h contractions without the factor h; the pseudocode "
         "costs 2*n*d^2*h + 2*n*m*d*h = 1.208e10"),

@@ -32,6 +32,7 @@ import gin
 import mesh_tensorflow as mtf
 from mesh_tensorflow.transformer import transformer
 
+from mtf_talking_heads import compat
 # models.gin_dir() is public too (the training package, setup.py's comment, tests)
 from mtf_talking_heads.gin_paths import gin_dir  # pylint: disable=unused-import
 
@@ -49,7 +50,7 @@ def register_gin_search_path():
     path = gin_dir()
   except FileNotFoundError:
     return None
-  if path not in gin.config._LOCATION_PREFIXES:  # pylint: disable=protected-access
+  if path not in compat.gin_search_path():
     gin.add_config_file_search_path(path)
   return path
 

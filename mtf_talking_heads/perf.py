@@ -272,7 +272,7 @@ def make_attention(variant, heads, d_k=None, d_v=None, heads_k=None,
     if not dynamic:
       raise ValueError("variant 'dynamic_projections' needs dynamic terms "
                        "(a subset of %s)" % ", ".join(costs.DYNAMIC_TERMS))
-    variant = "talking_heads"
+    variant = spec_lib.TALKING_HEADS
   if variant == spec_lib.BILINEAR:
     d_k = d_v = None  # d_model, known only with the model
   # d_model and length do not matter to these checks: any valid value
@@ -321,7 +321,7 @@ PAPER_T5 = dict(kind="bitransformer", num_layers=12, d_model=768, d_ff=3072,
                 targets_length=114)
 
 
-def paper_model(heads, d_k=None, variant="multi_head", heads_k=None,
+def paper_model(heads, d_k=None, variant=spec_lib.MULTI_HEAD, heads_k=None,
                 heads_v=None, d_v=None, dynamic=(), placement="all"):
   """The paper's T5 with one attention configuration.
 
@@ -331,7 +331,7 @@ def paper_model(heads, d_k=None, variant="multi_head", heads_k=None,
   """
   d_v = d_k if d_v is None else d_v
   att = make_attention(variant, heads, d_k, d_v, heads_k, heads_v, dynamic)
-  mh = make_attention("multi_head", heads, d_k or PAPER_T5["d_model"],
+  mh = make_attention(spec_lib.MULTI_HEAD, heads, d_k or PAPER_T5["d_model"],
                       d_v or PAPER_T5["d_model"])
   if placement != "all" and placement not in PLACEMENTS:
     raise ValueError("placement=%r is unknown; choose all or one of %s"

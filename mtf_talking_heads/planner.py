@@ -261,10 +261,9 @@ def attention_of(dims, dynamic=(), layer_class=None):
     if layer_class in spec_lib.layer_class_names(name):
       variant = name
   if variant is None:
-    variant = spec_lib.GROUPED if dims.groups is not None else {
-        (True, True): "talking_heads", (True, False): "project_logits",
-        (False, True): "project_weights", (False, False): "multi_head"}[
-            dims.project_logits, dims.project_weights]
+    variant = (spec_lib.GROUPED if dims.groups is not None else
+               spec_lib.variant_with(dims.project_logits,
+                                     dims.project_weights))
   v = spec_lib.VARIANT[variant]
   g = dims.groups.size if dims.groups is not None else 1
   return perf.make_attention(

@@ -1016,7 +1016,7 @@ class Auto(Strategy):
       shape = "batch:%d,model:%d" % (groups, p)
       names = {batch_axis: "batch", self.mesh_axis: "model"}
       rules = ";".join("%s:%s" % (d, names[a]) for d, a in
-                       mesh.rules._pairs if a in names)  # pylint: disable=protected-access
+                       compat.layout_pairs(mesh.rules) if a in names)
     else:
       model = None
     priced = planner.price_layer(

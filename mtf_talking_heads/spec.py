@@ -34,6 +34,11 @@ import re
 DYNAMIC_TERMS = ("x2l", "m2l", "x2w", "m2w")
 LOGITS_TERMS = ("x2l", "m2l")
 WEIGHTS_TERMS = ("x2w", "m2w")
+# The variant names code branches on (everything else reads VARIANT_TABLE).
+MULTI_HEAD = "multi_head"
+TALKING_HEADS = "talking_heads"
+PROJECT_LOGITS = "project_logits"
+PROJECT_WEIGHTS = "project_weights"
 GROUPED = "grouped_talking_heads"
 BILINEAR = "general_bilinear"
 DYNAMIC = "dynamic_projections"
@@ -57,13 +62,13 @@ Attributes:
 
 # The one table of variant names, in the order the commands list them.
 VARIANT_TABLE = (
-    Variant("multi_head", "multi-head", False, False, "MultiHeadAttention",
+    Variant(MULTI_HEAD, "multi-head", False, False, "MultiHeadAttention",
             True, True),
-    Variant("talking_heads", "talking-heads", True, True,
+    Variant(TALKING_HEADS, "talking-heads", True, True,
             "TalkingHeadsAttention", True, True),
-    Variant("project_logits", "project logits", True, False,
+    Variant(PROJECT_LOGITS, "project logits", True, False,
             "ProjectLogitsAttention", True, True),
-    Variant("project_weights", "project weights", False, True,
+    Variant(PROJECT_WEIGHTS, "project weights", False, True,
             "ProjectWeightsAttention", True, True),
     Variant(BILINEAR, "general bilinear", False, False,
             "GeneralBilinearAttention", True, False),
@@ -100,6 +105,16 @@ def layer_class_names(variant):
   return name, name[:-len("Attention")] + "EncoderAttention"
 
 
+def variant_with(project_logits, project_weights):
+  """The plain variant (multi-head, talking heads or one projection) whose
+  projections are these: VARIANT_TABLE's row with those P_l, P_w."""
+  for name in (MULTI_HEAD, TALKING_HEADS, PROJECT_LOGITS, PROJECT_WEIGHTS):
+    v = VARIANT[name]
+    if (v.project_logits, v.project_weights) == (bool(project_logits),
+                                                 bool(project_weights)):
+      return name
+
+
 def positive_int(name, value, hint=""):
   """value as an int; ValueError "NAME must be a positive integer, got V"."""
   if isinstance(value, bool) or not isinstance(value, numbers.Integral):
@@ -115,10 +130,13 @@ def dim_pair(value, default_name, param):
   """An int, (name, size) pair or mtf.Dimension -> (name, size), size > 0.
 
   The one check of a dim given to a layer or a checker (attention.make_dims,
-  the layers' heads arguments, validation's d_model, length, ...): the
-  message names `param`, the argument the caller set.  A bool is refused.
+  the layers' heads arguments, validation's d_model, length, the dims of
+  its tensor_shapes, ...): the message names `param`, the argument the
+  caller set.  A bool is refused; so is an int when default_name is None
+  (a dim that must be named).
   """
-  pair = (default_name, value) if isinstance(value, int) else value
+  pair = ((default_name, value)
+          if isinstance(value, int) and default_name is not None else value)
   try:
     name, size = pair
     ok = (isinstance(name, str) and isinstance(size, int)
@@ -126,8 +144,9 @@ def dim_pair(value, default_name, param):
   except (TypeError, ValueError):
     ok = False
   if not ok:
-    raise ValueError("%s must be an int or a (name, size) pair, got %r"
-                     % (param, value))
+    raise ValueError("%s must be %sa (name, size) pair, got %r"
+                     % (param, "" if default_name is None else "an int or ",
+                        value))
   if size <= 0:
     raise ValueError("%s must have a positive size, got %r; set %s to a "
                      "positive integer" % (param, value, param))
@@ -372,7 +391,7 @@ def make_spec(variant, heads, d_k=None, d_v=None, heads_k=None, heads_v=None,
     if not parse_dynamic(dynamic):
       raise ValueError("variant 'dynamic_projections' needs a non-empty "
                        "dynamic list")
-    variant = "talking_heads"
+    variant = TALKING_HEADS
   check_variant(variant)
   heads = positive_int("heads", heads)
   heads_k, heads_v, d_k, d_v = resolve_dims(

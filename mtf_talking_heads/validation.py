@@ -51,21 +51,9 @@ def parse_layout(layout):
 
 
 def _to_dimension(value, param):
-  """An mtf.Dimension from a Dimension or a (name, size) pair."""
-  if isinstance(value, mtf.Dimension):
-    dim = value
-  else:
-    try:
-      name, size = value
-    except (TypeError, ValueError):
-      raise ValueError("%s: %r is not an mtf.Dimension or (name, size) pair"
-                       % (param, value))
-    dim = mtf.Dimension(name, size)
-  if (not isinstance(dim.name, str) or isinstance(dim.size, bool) or
-      not isinstance(dim.size, int) or dim.size < 1):
-    raise ValueError("%s: dim %r must have a string name and a positive "
-                     "integer size" % (param, value))
-  return dim
+  """An mtf.Dimension from a Dimension or a (name, size) pair (spec.dim_pair's
+  check; a bare int has no name, so it is refused)."""
+  return mtf.Dimension(*spec.dim_pair(value, None, param))
 
 
 def _dimension_arg(value, default_name, param):

@@ -271,12 +271,12 @@ def test_unreachable_task_refused_before_tensorflow(tmp_path):
     ("evaluate", ["--devices_per_task", "2"],
      "mtf_th eval: error: --devices_per_task goes with --cluster"),
     ("evaluate", ["--cluster", "a:1", "--devices_per_task", "0"],
-     "mtf_th eval: error: argument --devices_per_task: must be a positive "
-     "integer, got '0'"),
+     "mtf_th eval: error: argument --devices_per_task: the value must be a "
+     "positive integer, got 0"),
     ("sweep", ["--paper_table", "t5_heads", "--output_dir", "/nonexistent",
                "--cluster", "a:1", "--devices_per_task", "0"],
-     "mtf_th sweep: error: argument --devices_per_task: must be a positive "
-     "integer, got '0'"),
+     "mtf_th sweep: error: argument --devices_per_task: the value must be a "
+     "positive integer, got 0"),
     ("evaluate", ["--cluster", "a:1", "--tpu", "grpc://10.0.0.2:8470"],
      "mtf_th eval: error: --cluster and --tpu both say where to run: give "
      "one of them"),

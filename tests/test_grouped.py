@@ -449,7 +449,7 @@ def test_lm_variants_rows_and_their_costs():
     (dict(groups=0), "groups must have a positive size"),
     (dict(groups=-2), "groups must have a positive size"),
     (dict(groups=None), "groups must be a positive integer"),
-    (dict(groups=True), "groups must be a positive integer"),
+    (dict(groups=True), "groups must be an int or a \(name, size\) pair"),
 ])
 def test_bad_groups_are_value_errors_naming_groups(kwargs, pattern):
   kwargs = dict(dict(heads_k=kwargs.get("heads", 12),

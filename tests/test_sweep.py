@@ -249,7 +249,7 @@ def test_grid_dynamic_and_general_bilinear_rows():
     (["heads=6", "heads_k=3"], ["d_k=64"], "multi_head",
      r"^grid row multi_head_hk3_h6.*: heads_k=3 conflicts with heads=6"),
     (["heads=6,0"], ["d_k=64"], "talking_heads",
-     r"^grid: heads value '0' is not a positive integer"),
+     r"^grid: heads must be a positive integer, got 0"),
     (["heads=6"], ["d_k=64"], "talking_head",
      r"^variant='talking_head' is unknown; choose from multi_head"),
     (["variant=talking_heads,multi_heads", "heads=6"], ["d_k=64"], None,

@@ -37,6 +37,7 @@ import sys
 import time
 
 from mtf_talking_heads import commands
+from mtf_talking_heads import spec
 from mtf_talking_heads.commands import prechecks
 from mtf_talking_heads.commands import train as train_command
 
@@ -48,13 +49,13 @@ SCALE = "small"
 def _rows(sweep, heads):
   """The multi-head and talking-heads rows of TABLE with `heads` heads."""
   rows = [r for r in sweep.paper_table_rows(TABLE) if r.heads == heads and
-          r.variant in ("multi_head", "talking_heads")]
+          r.variant in (spec.MULTI_HEAD, spec.TALKING_HEADS)]
   if len(rows) != 2:
     choices = sorted(set(r.heads for r in sweep.paper_table_rows(TABLE)))
     raise commands.UsageError("--heads %d: gin/experiments/%s has no such "
                               "rows; choose one of %s" % (heads, TABLE,
                                                           choices))
-  return sorted(rows, key=lambda r: r.variant != "multi_head")
+  return sorted(rows, key=lambda r: r.variant != spec.MULTI_HEAD)
 
 
 def _eval_steps(train_steps, every):

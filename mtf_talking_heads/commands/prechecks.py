@@ -19,6 +19,7 @@ import threading
 
 from mtf_talking_heads import cache_paths
 from mtf_talking_heads import commands
+from mtf_talking_heads import compat
 from mtf_talking_heads import dir_lock
 from mtf_talking_heads import gin_paths
 
@@ -100,9 +101,8 @@ def checkpoint(path, flag):
 def gin_files(names):
   """Every --gin_file exists (in the current directory or gin/)."""
   extra = []
-  gin = sys.modules.get("gin.config")
-  if gin is not None:  # a --module_import may have added search paths
-    extra = [p for p in getattr(gin, "_LOCATION_PREFIXES", []) if p]
+  if "gin.config" in sys.modules:  # a --module_import may have added paths
+    extra = [p for p in compat.gin_search_path() if p]
   for name in names:
     try:
       gin_paths.resolve(name, extra)

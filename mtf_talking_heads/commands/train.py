@@ -21,6 +21,7 @@ import argparse
 import sys
 
 from mtf_talking_heads import commands
+from mtf_talking_heads import spec
 from mtf_talking_heads.commands import prechecks
 
 PROG = "mtf_th train"
@@ -184,19 +185,18 @@ def run_command(prog, parser, argv, body, precheck=check_common):
     return 2 if isinstance(e, training.ConfigError) else 1
 
 
-def _positive_int(text):
+def positive_int(text):
+  """argparse type: spec.positive_int of the flag's text (argparse prefixes
+  the message with the flag: "argument --train_steps: the value must be a
+  positive integer, got 0")."""
   try:
     value = int(text)
   except ValueError:
-    raise argparse.ArgumentTypeError("must be a positive integer, got %r"
-                                     % text)
-  if value < 1:
-    raise argparse.ArgumentTypeError("must be a positive integer, got %r"
-                                     % text)
-  return value
-
-
-positive_int = _positive_int
+    value = text
+  try:
+    return spec.positive_int("the value", value)
+  except ValueError as e:
+    raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _steps_list(text):

@@ -48,19 +48,14 @@ def parse_grid(specs):
         if v not in rows_lib.VARIANTS:
           raise ValueError("grid: variant %r is unknown; choose from %s"
                            % (v, ", ".join(rows_lib.VARIANTS)))
-        if v == "grouped_talking_heads":  # its groups is no grid key
+        if v == spec_lib.GROUPED:  # its groups is no grid key
           raise ValueError(
               "grid: variant grouped_talking_heads needs groups, which a "
               "grid cannot set: sweep its rows with --paper_table "
               "lm_variants --rows 10,11 or a gin file setting groups")
     else:
-      parsed = []
-      for v in items:
-        if not v.isdigit() or int(v) <= 0:
-          raise ValueError("grid: %s value %r is not a positive integer"
-                           % (key, v))
-        parsed.append(int(v))
-      items = parsed
+      items = [rows_lib.positive_int(int(v) if v.isdigit() else v, key,
+                                     "grid") for v in items]
     if len(set(items)) != len(items):
       raise ValueError("grid: %s lists a value twice in %r" % (key, spec))
     grid[key] = items
@@ -206,7 +201,7 @@ def grid_rows(grid, ties=None, variant=None, dynamic=(), placement="all",
       ties[key] = ("same", None, default)
   for key in ("heads", "d_k"):
     if key not in grid and key not in ties:
-      if key == "d_k" and grid["variant"] == ["general_bilinear"]:
+      if key == "d_k" and grid["variant"] == [spec_lib.BILINEAR]:
         ties[key] = ("const", 1, None)  # unused: d_k = d_model
         continue
       raise ValueError("%s has no value: give --grid %s=... or --tie %s=..."
@@ -214,7 +209,7 @@ def grid_rows(grid, ties=None, variant=None, dynamic=(), placement="all",
                           "heads=..."))
   order = _tie_order(ties, grid)
   dynamic = tuple(dynamic)
-  if dynamic and "dynamic_projections" not in grid["variant"]:
+  if dynamic and spec_lib.DYNAMIC not in grid["variant"]:
     raise ValueError("dynamic=%s is only used by variant "
                      "'dynamic_projections', which the grid does not have"
                      % ",".join(dynamic))
@@ -225,15 +220,15 @@ def grid_rows(grid, ties=None, variant=None, dynamic=(), placement="all",
     for key in order:
       values[key] = _apply_tie(key, ties[key], values)
     v = values["variant"]
-    if v == "general_bilinear":
+    if v == spec_lib.BILINEAR:
       values["d_k"] = values["d_v"] = 1
     name = "%s_hk%d_h%d_hv%d_dk%d_dv%d" % (
         v, values["heads_k"], values["heads"], values["heads_v"],
         values["d_k"], values["d_v"])
-    if v == "general_bilinear":
+    if v == spec_lib.BILINEAR:
       name = "%s_h%d" % (v, values["heads"])
-    row_dynamic = dynamic if v == "dynamic_projections" else ()
-    if v == "dynamic_projections" and not row_dynamic:
+    row_dynamic = dynamic if v == spec_lib.DYNAMIC else ()
+    if v == spec_lib.DYNAMIC and not row_dynamic:
       row_dynamic = tuple(costs.DYNAMIC_TERMS)
     if row_dynamic and row_dynamic != tuple(costs.DYNAMIC_TERMS):
       name += "_" + "_".join(row_dynamic)
@@ -242,15 +237,15 @@ def grid_rows(grid, ties=None, variant=None, dynamic=(), placement="all",
     used = gin_reader.referenced_macros(gin_files, gin_dir)
     # only the dims the variant reads (training refuses a macro nothing uses)
     gin_params = ["%s = %d" % (d, values[d]) for d in DIMS if d in used
-                  and not (v == "general_bilinear" and d in ("d_k", "d_v"))]
-    if v == "dynamic_projections":
+                  and not (v == spec_lib.BILINEAR and d in ("d_k", "d_v"))]
+    if v == spec_lib.DYNAMIC:
       gin_params.append("dynamic = %s" % json.dumps(list(row_dynamic)))
     label = LABELS[v]
     if placement != "all":
-      gin_files.append(_attention_file("multi_head"))
+      gin_files.append(_attention_file(spec_lib.MULTI_HEAD))
       gin_params.append(_placement_binding(v, placement, gin_dir))
       name += "_" + placement
-      label = "%s-%s" % ("DP" if v == "dynamic_projections" else "TH",
+      label = "%s-%s" % ("DP" if v == spec_lib.DYNAMIC else "TH",
                          placement.replace("_", "-"))
     row = rows_lib.Row(name=name, label=label, variant=v,
                        **{d: values[d] for d in DIMS}, dynamic=row_dynamic,

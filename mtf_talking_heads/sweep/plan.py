@@ -12,6 +12,7 @@ import shlex
 
 from mtf_talking_heads import costs
 from mtf_talking_heads import gin_text as gin_reader
+from mtf_talking_heads import spec as spec_lib
 from mtf_talking_heads.sweep import report
 from mtf_talking_heads.sweep import rows as rows_lib
 
@@ -132,8 +133,7 @@ class Plan(object):
     if scale not in SCALES:
       raise ValueError("scale=%r is unknown; choose from %s"
                        % (scale, ", ".join(SCALES)))
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-      raise ValueError("seeds must be a positive integer, got %r" % (seeds,))
+    spec_lib.positive_int("seeds", seeds)
     if not output_dir:
       raise ValueError("output_dir is required")
     names = [r.name for r in rows]
@@ -311,7 +311,7 @@ class Plan(object):
                   final_step=self.eval_steps[-1],
                   model_dir=self.model_dir(row, seed))
     record.update({d: getattr(row, d) for d in rows_lib.DIMS})
-    if row.variant == "general_bilinear":  # no d_k, d_v of its own
+    if row.variant == spec_lib.BILINEAR:  # no d_k, d_v of its own
       record["d_k"] = record["d_v"] = self.d_model[row.name]
     record.update(self.cost_record(row))
     return record

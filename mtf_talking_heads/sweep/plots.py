@@ -7,6 +7,8 @@ each takes report.summarize() rows and writes one PNG.
 import collections
 import math
 
+from mtf_talking_heads import spec as spec_lib
+
 
 def _pyplot():
   import matplotlib  # pylint: disable=g-import-not-at-top
@@ -101,7 +103,7 @@ def plot_step_time(summary, path, title=""):
     t, m = s["step_time"], s["multiplies_executed"]
     if t is None or m is None or math.isnan(t):
       continue
-    marker = "o" if s["row"].variant == "multi_head" else "s"
+    marker = "o" if s["row"].variant == spec_lib.MULTI_HEAD else "s"
     ax.scatter([m], [t], marker=marker)
     ax.annotate(s["row"].name, (m, t), fontsize=6, xytext=(3, 3),
                 textcoords="offset points")

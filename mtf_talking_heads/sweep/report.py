@@ -241,7 +241,7 @@ def markdown_table(summary, eval_steps, d_models, cost_lengths, scale, seeds,
            "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
   for s in summary:
     row = s["row"]
-    if row.variant == "general_bilinear":
+    if row.variant == spec_lib.BILINEAR:
       d_k = d_v = "d_model"
     else:
       d_k, d_v = str(row.d_k), str(row.d_v)

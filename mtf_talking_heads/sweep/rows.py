@@ -83,10 +83,10 @@ def check_row(row, where):
   if not isinstance(row.label, str) or not row.label:
     raise ValueError("%s: row_label must be a non-empty string, got %r"
                      % (where, row.label))
-  if row.variant == "dynamic_projections" and not row.dynamic:
+  if row.variant == spec_lib.DYNAMIC and not row.dynamic:
     raise ValueError("%s: variant 'dynamic_projections' needs a non-empty "
                      "dynamic list" % where)
-  if row.variant != "dynamic_projections" and row.dynamic:
+  if row.variant != spec_lib.DYNAMIC and row.dynamic:
     raise ValueError("%s: dynamic=%r is only meaningful for variant "
                      "'dynamic_projections', not %r"
                      % (where, list(row.dynamic), row.variant))
@@ -177,10 +177,10 @@ def cost_args(row, d_model):
   """
   variant = row.variant
   dynamic = ()
-  if variant == "dynamic_projections":
-    variant, dynamic = "talking_heads", row.dynamic
+  if variant == spec_lib.DYNAMIC:
+    variant, dynamic = spec_lib.TALKING_HEADS, row.dynamic
   heads_k, heads_v, d_k, d_v = row.heads_k, row.heads_v, row.d_k, row.d_v
-  if variant == "general_bilinear":
+  if variant == spec_lib.BILINEAR:
     d_k = d_v = None
   return (variant, heads_k, row.heads, heads_v, d_k, d_v, d_model, None,
           dynamic)

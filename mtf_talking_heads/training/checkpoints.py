@@ -17,6 +17,7 @@ from mesh_tensorflow.transformer import transformer
 from mesh_tensorflow.transformer import utils as mtf_utils
 import tensorflow.compat.v1 as tf
 
+from mtf_talking_heads import compat
 from mtf_talking_heads import progress
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import settings as settings_lib
@@ -54,7 +55,7 @@ class CheckpointKeeper(tf.train.CheckpointSaverListener):
       return
     keep = self.protected()
     self.saver.set_last_checkpoints_with_time([
-        (path, t) for path, t in self.saver._last_checkpoints  # pylint: disable=protected-access
+        (path, t) for path, t in compat.checkpoints_with_time(self.saver)
         if int(mtf_utils.get_step_from_checkpoint_path(path)) not in keep])
 
 
@@ -95,20 +96,15 @@ def checkpoint_policy(model_dir, keeper, write_graph):
   it is created; unless write_graph, it is created here without the graph.
   The writer is closed at the end: one events file per run.
   """
-  from tensorflow.python.summary.writer import writer_cache  # pylint: disable=g-import-not-at-top
   saved = tf.train.CheckpointSaverHook
   tf.train.CheckpointSaverHook = _saver_hook_class(keeper, write_graph)
   if not write_graph:
-    cache = writer_cache.FileWriterCache
-    with cache._lock:  # pylint: disable=protected-access
-      if model_dir not in cache._cache:  # pylint: disable=protected-access
-        with tf.Graph().as_default():  # (FileWriter refuses eager mode)
-          cache._cache[model_dir] = tf.summary.FileWriter(model_dir)  # pylint: disable=protected-access
+    compat.cache_writer_without_graph(model_dir)
   try:
     yield
   finally:
     tf.train.CheckpointSaverHook = saved
-    writer_cache.FileWriterCache.clear()
+    tf.summary.FileWriterCache.clear()
 
 
 # --------------------------------------------------------------------------

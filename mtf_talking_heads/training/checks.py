@@ -102,10 +102,8 @@ def check_settings(settings, description, num_devices=None):
     value = lengths.get(key)
     if settings.model_type in ("lm",) and key == "inputs":
       continue
-    if not isinstance(value, int) or value < 1:
-      raise errors.ConfigError(
-          "sequence_length[%r] must be a positive integer, got %r (macros "
-          "inputs_length / targets_length)" % (key, value))
+    errors.positive_int("sequence_length[%r]" % key, value,
+                        " (macros inputs_length / targets_length)")
   if settings.model_type == "aligned" and lengths["inputs"] != lengths["targets"]:
     raise errors.ConfigError(
         "an aligned (BERT/ALBERT) model needs inputs and targets of one "

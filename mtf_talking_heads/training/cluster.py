@@ -57,9 +57,7 @@ def configure_run_config(config):
   """A RunConfig (replaced copy) whose sessions run on the active cluster."""
   active = cluster_lib.active()
   config = config.replace(session_config=session_config(config.session_config))
-  config._master = active.target  # pylint: disable=protected-access
-  config._evaluation_master = active.target  # pylint: disable=protected-access
-  return config
+  return compat.run_config_with_master(config, active.target)
 
 
 def check_mesh_size(mesh_shape):

@@ -20,8 +20,8 @@ def available_cpu_devices(max_cpu_devices=None):
   the cluster's devices)."""
   if cluster_lib.active() is not None:
     return cluster_lib.active().size
-  if compat._LOGICAL_CPUS:  # pylint: disable=protected-access
-    return len(compat._LOGICAL_CPUS)  # pylint: disable=protected-access
+  if compat.logical_cpu_count():
+    return compat.logical_cpu_count()
   if max_cpu_devices is None:
     max_cpu_devices = models.query("mtf_th.mesh_devices.max_cpu_devices",
                                    DEFAULT_MAX_CPU_DEVICES)

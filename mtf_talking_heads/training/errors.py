@@ -11,6 +11,7 @@ import re
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import cluster as cluster_lib
+from mtf_talking_heads import spec
 
 # Errors of a lost or unreachable task (--cluster).
 LOST_TASK_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
@@ -19,6 +20,15 @@ LOST_TASK_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
 
 class ConfigError(ValueError):
   """A configuration problem found before any graph is built."""
+
+
+def positive_int(name, value, hint=""):
+  """spec.positive_int, raising ConfigError: "NAME must be a positive
+  integer, got V" + hint."""
+  try:
+    return spec.positive_int(name, value, hint)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
 
 
 class TrainingError(RuntimeError):

@@ -31,11 +31,10 @@ def configure_estimator(estimator, seed):
   weights are the same on every mesh (init_seeds.py); on --cluster also
   sessions on task 0 with isolated state."""
   compat.configure_estimator(estimator, seed)
-  estimator._model_fn = init_seeds.seeded_model_fn(estimator._model_fn)  # pylint: disable=protected-access
+  compat.wrap_model_fn(estimator, init_seeds.seeded_model_fn)
   if cluster_lib.active() is not None:
-    config = training_cluster.configure_run_config(estimator._config)  # pylint: disable=protected-access
-    estimator._config = config  # pylint: disable=protected-access
-    estimator._session_config = config.session_config  # pylint: disable=protected-access
+    compat.set_run_config(estimator, training_cluster.configure_run_config(
+        estimator.config))
 
 
 no_session_recovery = compat.no_session_recovery

@@ -10,10 +10,10 @@ import sys
 
 import gin
 from mesh_tensorflow.transformer import dataset as transformer_dataset
-from mesh_tensorflow.transformer import utils as mtf_utils
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from mtf_talking_heads import compat
 from mtf_talking_heads import progress
 from mtf_talking_heads.training import checkpoints
 from mtf_talking_heads.training import checks
@@ -58,7 +58,7 @@ def eval_dataset(task_name, sequence_length, split, seed, max_examples):
   ds = transformer_dataset.pack_or_pad(ds, sequence_length, pack=True,
                                        feature_keys=feature_keys,
                                        ensure_eos=eos_keys)
-  ds = ds.map(mtf_utils._filter_features)  # pylint: disable=protected-access
+  ds = ds.map(compat.mtf_filter_features())
   if max_examples:
     ds = ds.take(max_examples)
   return ds

@@ -59,11 +59,9 @@ def finetune(model_dir, pretrained_model_dir, gin_files=(), gin_params=(),
   settings_lib.parse_gin(gin_files, gin_params)
   if finetune_steps is None:
     finetune_steps = models.query("finetune_steps")
-  if not isinstance(finetune_steps, int) or finetune_steps < 1:
-    raise errors.ConfigError(
-        "finetune_steps must be a positive integer, got %r "
-        "(include experiments/finetune.gin or pass "
-        "--finetune_steps)" % (finetune_steps,))
+  errors.positive_int("finetune_steps", finetune_steps,
+                      " (include experiments/finetune.gin or pass "
+                      "--finetune_steps)")
   with gin.unlock_config():
     gin.bind_parameter("utils.run.init_checkpoint", path)
     gin.bind_parameter("utils.run.train_steps", step + finetune_steps)

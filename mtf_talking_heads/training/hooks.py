@@ -7,6 +7,8 @@ agree, and a resumed run follows the uninterrupted one.
 """
 import tensorflow.compat.v1 as tf
 
+from mtf_talking_heads import compat
+
 _WRITE_OPS = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
               "ResourceScatterAdd", "ResourceScatterUpdate")
 
@@ -59,7 +61,7 @@ class OrderReadsBeforeWritesHook(tf.train.SessionRunHook):
       pending = [r for r in reads.get(write.inputs[0].op, [])
                  if r not in write.control_inputs]
       if pending:
-        write._add_control_inputs(pending)  # pylint: disable=protected-access
+        compat.add_control_inputs(write, pending)
 
 
 def _transitive_fanout(ops, within):
@@ -68,8 +70,8 @@ def _transitive_fanout(ops, within):
   stack = list(ops)
   while stack:
     op = stack.pop()
-    for nxt in [c for t in op.outputs for c in t.consumers()] + list(
-        op._control_outputs):  # pylint: disable=protected-access
+    for nxt in ([c for t in op.outputs for c in t.consumers()]
+                + compat.control_outputs(op)):
       if nxt in within and nxt not in seen:
         seen.add(nxt)
         stack.append(nxt)

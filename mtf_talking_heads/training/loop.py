@@ -170,17 +170,13 @@ def train(model_dir, gin_files=(), gin_params=(), train_steps=None, tpu=None,
   estimator_lib.check_model_dir(model_dir)
   extra = []
   if train_steps is not None:
-    if not isinstance(train_steps, int) or train_steps < 1:
-      raise errors.ConfigError(
-          "--train_steps must be a positive integer, got %r" % (train_steps,))
+    errors.positive_int("--train_steps", train_steps)
     extra.append("utils.run.train_steps = %d" % train_steps)
   settings_lib.parse_gin(gin_files, gin_params, extra)
   require_train_fn()
   settings, description = checks.preflight(tpu)
   model_size.report(settings, description, 'train')
-  if not isinstance(settings.train_steps, int) or settings.train_steps < 1:
-    raise errors.ConfigError("train_steps must be a positive integer, got %r"
-                             % (settings.train_steps,))
+  errors.positive_int("train_steps", settings.train_steps)
   if checkpoints.latest_step(model_dir) is not None:
     checkpoints.check_checkpoint_matches(
         [tf.train.latest_checkpoint(model_dir)], settings)

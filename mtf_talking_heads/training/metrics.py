@@ -179,10 +179,8 @@ def score(model_dir, gin_files=(), gin_params=(), checkpoint_step=None,
     TrainingError: an op failed.
   """
   estimator_lib.check_model_dir(model_dir)
-  if max_examples is not None and (not isinstance(max_examples, int)
-                                   or max_examples < 1):
-    raise errors.ConfigError("--max_eval_examples must be a positive "
-                             "integer, got %r" % (max_examples,))
+  if max_examples is not None:
+    errors.positive_int("--max_eval_examples", max_examples)
   checkpoint, settings = decoding.load_for_decoding(
       model_dir, gin_files, gin_params, checkpoint_step, tpu,
       "downstream metrics decode text, which needs an encoder-decoder (T5, "

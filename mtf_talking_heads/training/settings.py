@@ -11,6 +11,7 @@ import gin.tf  # pylint: disable=unused-import  (GinConfigSaverHook)
 import mesh_tensorflow as mtf
 from mesh_tensorflow.transformer import utils as mtf_utils
 
+from mtf_talking_heads import compat
 from mtf_talking_heads import gin_paths
 from mtf_talking_heads import layers  # pylint: disable=unused-import  (gin classes)
 from mtf_talking_heads import models
@@ -24,7 +25,7 @@ def resolve_gin_file(name):
     ConfigError: naming the file, the directories searched and close matches.
   """
   try:
-    return gin_paths.resolve(name, gin.config._LOCATION_PREFIXES)  # pylint: disable=protected-access
+    return gin_paths.resolve(name, compat.gin_search_path())
   except FileNotFoundError as e:
     raise errors.ConfigError(str(e)) from None
 
@@ -135,10 +136,8 @@ class Settings(object):
       self.batch_size = mtf_utils.compute_batch_size(
           self.sequence_length_or_none(), self.mesh_shape, self.layout,
           self.batch_size)
-    if not isinstance(self.batch_size, int) or self.batch_size < 1:
-      raise errors.ConfigError("batch_size must be a positive integer, got %r "
-                               "(macro batch_size / utils.run.batch_size)"
-                               % (self.batch_size,))
+    errors.positive_int("batch_size", self.batch_size,
+                        " (macro batch_size / utils.run.batch_size)")
     self.sequence_length = self.sequence_length_or_none()
     if self.sequence_length is None:
       raise errors.ConfigError(
