@@ -33,8 +33,9 @@ demo: $(STAMP)
 # is CPU-bound Python (graph building) and TensorFlow subprocesses, so two
 # workers on 2 cores take about half of one process's time: the Eigen pass
 # took 61.7 min with one process on 2026-11-27 (3862 CPU-s, 2 cores shared
-# with a sweep), before the sharding matrices went to one run per code
-# path (52 graph runs fewer).  Each pass pins its kernel path, because TF picks
+# with a sweep), and 34.1 min on two workers later that day (1210 tests,
+# 60.5 CPU-min, the 2 cores to itself), after the sharding matrices went to
+# one run per code path (52 graph runs fewer).  Each pass pins its kernel path, because TF picks
 # oneDNN by itself on CPUs with AVX-512 (Intel, and newer AMD EPYC such as
 # the test machine of 2026-11-26): left to TF, both passes could run oneDNN.
 test: $(STAMP)
@@ -49,7 +50,8 @@ test: $(STAMP)
 # cores have the most dims (the matrix's pre-flight-only checks build no
 # graph and are left out).  tests/test_kernel_ranks.py checks the ranks of
 # every strategy's graphs statically in the main run.  34 tests, 2.3 min
-# measured on 2 cores with one process (2026-11-26).
+# measured on 2 cores with one process (2026-11-26); 5.5 min on two workers
+# while another test run shared the cores (2026-11-27).
 ONEDNN_TESTS := tests/test_strategies.py
 ONEDNN_SELECT := (not test_sharded_equals_unsharded and not test_preflight) or batch2xmodel4
 test-onednn: $(STAMP)
