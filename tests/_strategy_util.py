@@ -1,9 +1,11 @@
-"""Helpers shared by test_strategies and test_kernel_ranks.
+"""Helpers shared by test_strategies, test_sharded and test_kernel_ranks.
 
 * `MODELS`, `make_layer`: the small attention layers the strategy tests use.
 * `layout_for`: the heads-parallel default layout plus a strategy's rules.
 * `impl_cls`: the mesh implementation for a mesh shape (8 devices:
   comm.PointToPointMeshImpl, the same mtf graph in half the build time).
+* `matrix_cases`: a sharding matrix's pytest cases (the runs, or the
+  pre-flight-only checks), shared with test_sharded.
 * `GreedyDecode`: greedy decoding (mtf's "first_part" + "incremental" modes)
   of a Unitransformer, lowered on a mesh; run it or inspect it.
 """
@@ -11,6 +13,7 @@ import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 import mesh_tensorflow as mtf
 from mesh_tensorflow.transformer import transformer
 import numpy as np
+import pytest
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import comm
@@ -32,6 +35,26 @@ MODELS = {
         strategy=s),
 }
 
+
+
+def matrix_cases(matrix, fast, runs=True):
+  """pytest params of a sharding matrix.
+
+  Args:
+    matrix: yields ((model, strategy or dim, mesh), whether it runs).
+    fast: ids of the runs `make test-fast` keeps (the others are slow).
+    runs: True for the cases that run, False for the pre-flight-only ones.
+  Returns:
+    pytest.param(model, x, mesh) with id "model-x-mesh".
+  """
+  cases = []
+  for key, run in matrix:
+    if run != runs:
+      continue
+    case_id = "-".join(key)
+    marks = () if case_id in fast or not runs else (pytest.mark.slow,)
+    cases.append(pytest.param(*key, id=case_id, marks=marks))
+  return cases
 
 def make_layer(model, strategy):
   """The layer MODELS[model] with `strategy`, named "attention"."""

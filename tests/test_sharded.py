@@ -29,6 +29,7 @@ import pytest
 from mtf_talking_heads import harness
 from mtf_talking_heads import layers
 from mtf_talking_heads import validation
+import _strategy_util as su
 
 D_MODEL, D_FF, VOCAB, PADDED_VOCAB, BATCH, LENGTH = 16, 32, 32, 128, 4, 8
 TOL = 1e-5  # max |sharded - unsharded| / max |unsharded|, float32
@@ -82,14 +83,7 @@ def _matrix():
 
 
 def _cases(runs=True):
-  cases = []
-  for (model, dim, mesh), run in _matrix():
-    if run != runs:
-      continue
-    case_id = "%s-%s-%s" % (model, dim, mesh)
-    marks = () if case_id in FAST or not runs else (pytest.mark.slow,)
-    cases.append(pytest.param(model, dim, mesh, id=case_id, marks=marks))
-  return cases
+  return su.matrix_cases(_matrix(), FAST, runs)
 
 
 def _layers(model):

@@ -104,15 +104,7 @@ def _matrix():
 
 
 def _cases(runs=True):
-  cases = []
-  for (model, strategy, mesh), run in _matrix():
-    if run != runs:
-      continue
-    case_id = "%s-%s-%s" % (model, strategy, mesh)
-    marks = () if case_id in FAST or not runs else (pytest.mark.slow,)
-    cases.append(pytest.param(model, strategy, mesh, id=case_id,
-                              marks=marks))
-  return cases
+  return su.matrix_cases(_matrix(), FAST, runs)
 
 
 def _run(run):
