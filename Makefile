@@ -55,7 +55,9 @@ test: $(STAMP)
 # training does (tests/_strategy_util.session_config).
 # tests/test_kernel_ranks.py checks the ranks of every strategy's graphs,
 # multi-head's and talking heads', statically in the main run.
-# 12 tests, MEASURED_ONEDNN.
+# 12 tests (34 before), 254 CPU-s on two workers (2026-11-27, measured
+# while the 2 cores were shared with about 20 other processes, so its wall
+# time, 38.7 min, says nothing; not yet timed on quiet cores).
 ONEDNN_TESTS := tests/test_strategies.py
 ONEDNN_SELECT := (batch2xmodel4 and (th- or dynamic- or batch_split_gathered or batch_query_split) and not heads_parallel) or 768_heads or greedy_decoding
 test-onednn: $(STAMP)
