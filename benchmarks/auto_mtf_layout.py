@@ -59,8 +59,8 @@ TIME_LIMIT = 600.0  # CP-SAT deterministic time units per mesh shape
 COLUMNS = ("row", "devices", "auto_mesh", "auto_layout", "auto_estimate_gib",
            "auto_memory_gib", "auto_step_s", "auto_fits", "plan_mesh",
            "plan_strategy", "plan_memory_gib", "plan_step_s", "plan_fits",
-           "build_s", "schedule_s", "search_s", "time_limit_s",
-           "solver_status")
+           "build_s", "schedule_s", "search_s", "model_s", "solve_s",
+           "time_limit_s", "solver_status")
 HEADS_DIMS = ("heads", "heads_k", "heads_v", "groups")
 # the relative position bias' [buckets, heads] (32 x heads floats): auto_mtf
 # may split it anywhere; memory.py keeps it whole
@@ -142,8 +142,10 @@ class Search(object):
   LayoutOptimizer per mesh shape; each runs the scheduler over the whole
   graph, whose result does not depend on the mesh (tensor sizes unsplit).
   Here the graph interface and its memory contents are computed once and
-  handed to every mesh shape's optimizer; the layouts and values are the
-  same as the library's.
+  handed to every mesh shape's optimizer, and the optimizer's memory
+  constraints are built from memory_rows (the same linear constraints,
+  coefficient for coefficient, without ortools' per-term Python
+  expressions); the layouts and values are the same as the library's.
   """
 
   def __init__(self, mtf_graph, outputs, time_limit):
@@ -160,7 +162,8 @@ class Search(object):
         self.interface.compute_memory_contents_under_schedule(schedule))
     self.schedule_s = time.time() - start
     self.mtf_graph, self.outputs = mtf_graph, outputs
-    self.statuses = []
+    self.statuses, self.model_s, self.solve_s = [], 0.0, 0.0
+    self.constraints = []  # (memory constraints of the library, built)
     search = self
 
     class LimitedSolver(cp_model.CpSolver):
@@ -170,14 +173,56 @@ class Search(object):
         # deterministic time: the same work whatever else loads the cores
         self.parameters.max_deterministic_time = time_limit
         self.parameters.num_workers = 1
+        begin = time.time()
         status = super().Solve(model, *args, **kwargs)
+        search.solve_s += time.time() - begin
         search.statuses.append(self.StatusName(status))
         return status
 
     class Optimizer(layout_optimizer.LayoutOptimizer):
+      """LayoutOptimizer with the memory constraints from memory_rows."""
+
+      def __init__(self, estimator):
+        self._building = True
+        begin = time.time()
+        super().__init__(estimator)
+        search.model_s += time.time() - begin
 
       def _get_memory_contents(self):
-        return search.contents
+        # empty while the library adds its constraints: it then adds no
+        # memory constraint, and _add_constraints adds them from the rows
+        return [] if self._building else search.contents
+
+      def _add_constraints(self):
+        super()._add_constraints()
+        self._building = False
+        columns, rows = memory_rows(self._get_memory_contents(),
+                                    self._tensor_terms())
+        search.constraints.append((len(self._get_memory_contents()),
+                                   len(rows)))
+        for row in rows:
+          nonzero = row.nonzero()[0]
+          self._model.Add(cp_model.LinearExpr.WeightedSum(
+              [columns[j] for j in nonzero],
+              [int(row[j]) for j in nonzero]) <= self._memory_var)
+
+      def _tensor_terms(self):
+        """{tensor: {local variable: its size under that assignment}}."""
+        mesh = self._layout_validator.mesh_dimension_name_to_size
+        terms, shapes = {}, {}
+        for name in self._graph.get_all_tensor_names():
+          if not self._graph.is_tensor_on_canonical_device(name):
+            continue
+          dims = self._tensor_name_to_mtf_dimension_set[name]
+          key = (dims, self._graph.get_tensor_dtype(name).size,
+                 str(self._graph.get_tensor_shape(name)))
+          if key not in shapes:  # the size depends on these alone
+            shapes[key] = {
+                self._local_vars[dims][layout_optimizer._local_var_name(  # pylint: disable=protected-access
+                    dims, a)]: self._graph.get_tensor_size(name, a, mesh)
+                for a in self._assignments[dims]}
+          terms[name] = shapes[key]
+        return terms
 
     layout_optimizer.cp_model.CpSolver = LimitedSolver
     self.optimizer_class = Optimizer
@@ -206,6 +251,57 @@ class Search(object):
     return best
 
 
+def memory_rows(contents, terms):
+  """auto_mtf's memory constraints as coefficient rows, implied ones left out.
+
+  LayoutOptimizer adds, for each set of `contents` (the tensors live at one
+  op), the constraint sum over its tensors t of sum over t's assignments a
+  of size(t, a) * y_a <= z, and ortools flattens it into one coefficient per
+  local variable y_a: the sum of size(t, a) over the live tensors whose
+  dims have that assignment.  Those coefficients are computed here as
+  numbers: a tensor is live over consecutive sets (from the op making it to
+  its last reader), so each tensor adds its sizes at its first set and
+  takes them off after its last.  A row that is another's or whose every
+  coefficient is at most another's is implied by it (the y_a are 0 or 1)
+  and left out; what remains has the library's feasible layouts and peak.
+
+  Args:
+    contents: list of sets of tensor names, as LayoutOptimizer's
+      _get_memory_contents.
+    terms: {tensor name: {column: bytes}}, e.g. {"x": {y0: 64, y1: 32}}:
+      the local variables of the tensor's dims and its size under each.
+
+  Returns:
+    (columns, rows): the list of columns, and an int64 array
+    [constraints, len(columns)] of coefficients.
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  first, last = {}, {}
+  for i, names in enumerate(contents):
+    for name in names:
+      first.setdefault(name, i)
+      last[name] = i
+  if sum(last[t] - first[t] + 1 for t in first) != sum(map(len, contents)):
+    raise ValueError("a tensor is live over sets that are not consecutive")
+  columns, index = [], {}
+  for name in first:
+    for column in terms.get(name, {}):
+      if column not in index:
+        index[column] = len(columns)
+        columns.append(column)
+  delta = np.zeros((len(contents) + 1, len(columns)), np.int64)
+  for name in first:
+    for column, size in terms.get(name, {}).items():
+      delta[first[name], index[column]] += size
+      delta[last[name] + 1, index[column]] -= size
+  rows = np.unique(np.cumsum(delta, axis=0)[:-1], axis=0)
+  kept, count = np.zeros_like(rows), 0
+  for row in rows[np.argsort(-rows.sum(axis=1), kind="stable")]:
+    if not (kept[:count] >= row).all(axis=1).any():
+      kept[count], count = row, count + 1
+  return columns, kept[:count]
+
+
 def maximal(contents):
   """The sets of `contents` that are not subsets of a neighbour.
 
@@ -214,8 +310,6 @@ def maximal(contents):
   neighbour.  auto_mtf puts one constraint sum(sizes of a set) <= peak per
   set: a subset's constraint is implied by its superset's (sizes are not
   negative), and the peak evaluate_layout takes over the sets is the same.
-  Building the CP-SAT model is most of the search's time, a quarter less
-  with these alone.
   """
   last = len(contents) - 1
   return [s for i, s in enumerate(contents)
@@ -276,6 +370,7 @@ def case_row(row, devices, graph, search, build_s, time_limit):
   from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
   start, search.statuses = time.time(), []
+  search.model_s = search.solve_s = 0.0
   found = search.run(devices)
   search_s = time.time() - start
   model = perf.model_from_gin(gin_files(row), gin_params(row),
@@ -298,7 +393,8 @@ def case_row(row, devices, graph, search, build_s, time_limit):
                                         else ""),
       "%.2f" % (best.memory["total"] / GiB), "%.4f" % best.step_s,
       "yes" if best.fits else "no", "%.0f" % build_s,
-      "%.0f" % search.schedule_s, "%.0f" % search_s, "%.0f" % time_limit,
+      "%.0f" % search.schedule_s, "%.0f" % search_s,
+      "%.0f" % search.model_s, "%.0f" % search.solve_s, "%.0f" % time_limit,
       "/".join(sorted(set(search.statuses))))
 
 
