@@ -56,11 +56,11 @@ HARDWARE = "tpu_v3"
 BUILD_PARAMS = ("activation_dtype = 'bfloat16'", "mesh_shape = 'model:1'")
 IMPLEMENTATION = "mtf_th"
 TIME_LIMIT = 600.0  # CP-SAT deterministic time units per mesh shape
-COLUMNS = ("row", "devices", "auto_mesh", "auto_layout", "auto_estimate_gib",
+COLUMNS = ("row", "devices", "search_layers", "auto_mesh", "auto_layout", "auto_estimate_gib",
            "auto_memory_gib", "auto_step_s", "auto_fits", "plan_mesh",
            "plan_strategy", "plan_memory_gib", "plan_step_s", "plan_fits",
            "build_s", "schedule_s", "search_s", "model_s", "solve_s",
-           "time_limit_s", "solver_status")
+           "solve_units", "time_limit_s", "solver_status")
 HEADS_DIMS = ("heads", "heads_k", "heads_v", "groups")
 # the relative position bias' [buckets, heads] (32 x heads floats): auto_mtf
 # may split it anywhere; memory.py keeps it whole
@@ -69,11 +69,12 @@ GiB = 2.0 ** 30
 
 
 def done_cases(path):
-  """{(row, devices)} already in the CSV at `path`."""
+  """{(row, devices, search_layers)} already in the CSV at `path`."""
   if not os.path.exists(path):
     return set()
   with open(path) as f:
-    return {(r["row"], int(r["devices"])) for r in csv.DictReader(f)}
+    return {(r["row"], int(r["devices"]), r["search_layers"])
+            for r in csv.DictReader(f)}
 
 
 def append_row(path, values):
@@ -108,18 +109,19 @@ class StepGraph(object):
   Attributes: mtf_graph, loss (the final tensor), vocab, optimizer name.
   """
 
-  def __init__(self, row):
+  def __init__(self, row, layers=None):
     import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
     import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
     from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
     from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
     from mtf_talking_heads.training import model_size  # pylint: disable=g-import-not-at-top
     from mtf_talking_heads.training import settings as settings_lib  # pylint: disable=g-import-not-at-top
-    settings_lib.parse_gin(gin_files(row),
-                           list(BUILD_PARAMS) + gin_params(row))
+    params = gin_params(row) + (["num_layers = %d" % layers] if layers
+                                else [])
+    settings_lib.parse_gin(gin_files(row), list(BUILD_PARAMS) + params)
     settings = settings_lib.Settings()
     self.vocab = settings_lib.vocab_size()
-    self.optimizer = perf.model_from_gin(gin_files(row), gin_params(row),
+    self.optimizer = perf.model_from_gin(gin_files(row), params,
                                          vocab=self.vocab).optimizer
     model = model_size.build_model(settings, settings.layout,
                                    settings.mesh_shape)
@@ -153,16 +155,19 @@ class Search(object):
     from mesh_tensorflow.auto_mtf import layout_optimizer  # pylint: disable=g-import-not-at-top
     from mesh_tensorflow.auto_mtf import scheduler  # pylint: disable=g-import-not-at-top
     from ortools.sat.python import cp_model  # pylint: disable=g-import-not-at-top
-    start = time.time()
+    start = time.process_time()
     self.interface = graph_interface.GraphInterface(mtf_graph)
     for t in outputs:
       self.interface.set_tensor_final(t.name)
     schedule = scheduler.minimize_peak_memory(self.interface, "LIST")
     self.contents = maximal(
         self.interface.compute_memory_contents_under_schedule(schedule))
-    self.schedule_s = time.time() - start
+    self.schedule_s = time.process_time() - start
     self.mtf_graph, self.outputs = mtf_graph, outputs
-    self.statuses, self.model_s, self.solve_s = [], 0.0, 0.0
+    # what a tensor's size depends on: dtype and mtf shape
+    self.shapes = {t.name: (t.dtype.size, str(t.shape))
+                   for op in mtf_graph.operations for t in op.outputs}
+    self.statuses, self.model_s, self.solve_s, self.units = [], 0.0, 0.0, 0.0
     self.constraints = []  # (memory constraints of the library, built)
     search = self
 
@@ -173,55 +178,72 @@ class Search(object):
         # deterministic time: the same work whatever else loads the cores
         self.parameters.max_deterministic_time = time_limit
         self.parameters.num_workers = 1
-        begin = time.time()
+        begin = time.process_time()
         status = super().Solve(model, *args, **kwargs)
-        search.solve_s += time.time() - begin
+        search.solve_s += time.process_time() - begin
         search.statuses.append(self.StatusName(status))
+        search.units += self.ResponseProto().deterministic_time
         return status
+
+    class NoTensors(object):
+      """A GraphInterface listing no tensors (its ops as they are)."""
+
+      def __init__(self, interface):
+        self.interface = interface
+
+      def __getattr__(self, name):
+        return getattr(self.interface, name)
+
+      def get_all_tensor_names(self):  # pylint: disable=invalid-name
+        return []
 
     class Optimizer(layout_optimizer.LayoutOptimizer):
       """LayoutOptimizer with the memory constraints from memory_rows."""
 
       def __init__(self, estimator):
-        self._building = True
-        begin = time.time()
+        begin = time.process_time()
         super().__init__(estimator)
-        search.model_s += time.time() - begin
+        search.model_s += time.process_time() - begin
 
       def _get_memory_contents(self):
-        # empty while the library adds its constraints: it then adds no
-        # memory constraint, and _add_constraints adds them from the rows
-        return [] if self._building else search.contents
+        return search.contents
 
       def _add_constraints(self):
+        # the library's constraints but the memory ones: over no tensors it
+        # sizes none and adds no memory constraint
+        self._graph, contents = NoTensors(self._graph), search.contents
+        search.contents = []
         super()._add_constraints()
-        self._building = False
-        columns, rows = memory_rows(self._get_memory_contents(),
-                                    self._tensor_terms())
-        search.constraints.append((len(self._get_memory_contents()),
-                                   len(rows)))
+        self._graph, search.contents = self._graph.interface, contents
+        columns, rows = memory_rows(contents, self._tensor_terms())
+        search.constraints.append((len(contents), len(rows)))
+        # each row as AddLinearExpressionInDomain writes sum(...) <= z:
+        # its variables and coefficients, then z's -1, at most 0
+        z = self._memory_var.Index()
         for row in rows:
           nonzero = row.nonzero()[0]
-          self._model.Add(cp_model.LinearExpr.WeightedSum(
-              [columns[j] for j in nonzero],
-              [int(row[j]) for j in nonzero]) <= self._memory_var)
+          linear = self._model.Proto().constraints.add().linear
+          linear.vars.extend([columns[j] for j in nonzero] + [z])
+          linear.coeffs.extend([int(row[j]) for j in nonzero] + [-1])
+          linear.domain.extend([cp_model.INT_MIN, 0])
 
       def _tensor_terms(self):
-        """{tensor: {local variable: its size under that assignment}}."""
+        """{tensor: {local variable index: its size under that
+        assignment}}."""
         mesh = self._layout_validator.mesh_dimension_name_to_size
-        terms, shapes = {}, {}
+        terms, sizes = {}, {}
         for name in self._graph.get_all_tensor_names():
           if not self._graph.is_tensor_on_canonical_device(name):
             continue
           dims = self._tensor_name_to_mtf_dimension_set[name]
-          key = (dims, self._graph.get_tensor_dtype(name).size,
-                 str(self._graph.get_tensor_shape(name)))
-          if key not in shapes:  # the size depends on these alone
-            shapes[key] = {
+          key = (dims, search.shapes[name])
+          if key not in sizes:  # the sizes depend on these alone
+            sizes[key] = {
                 self._local_vars[dims][layout_optimizer._local_var_name(  # pylint: disable=protected-access
-                    dims, a)]: self._graph.get_tensor_size(name, a, mesh)
+                    dims, a)].Index(): self._graph.get_tensor_size(
+                        name, a, mesh)
                 for a in self._assignments[dims]}
-          terms[name] = shapes[key]
+          terms[name] = sizes[key]
         return terms
 
     layout_optimizer.cp_model.CpSolver = LimitedSolver
@@ -365,14 +387,16 @@ def price(model, mesh_shape, dims):
   return total, step
 
 
-def case_row(row, devices, graph, search, build_s, time_limit):
-  """The CSV values of one (row, devices) case."""
+def case_row(row, devices, layers, graph, search, build_s, time_limit):
+  """The CSV values of one (row, devices) case, auto_mtf's search on the
+  graph of `layers` layers per stack (None: the row's own), both choices
+  priced on the row's own model."""
   from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
-  start, search.statuses = time.time(), []
-  search.model_s = search.solve_s = 0.0
+  start, search.statuses = time.process_time(), []
+  search.model_s = search.solve_s = search.units = 0.0
   found = search.run(devices)
-  search_s = time.time() - start
+  search_s = time.process_time() - start
   model = perf.model_from_gin(gin_files(row), gin_params(row),
                               vocab=graph.vocab)
   auto = ("n/a",) * 6  # no mesh shape solved within the limit
@@ -388,21 +412,22 @@ def case_row(row, devices, graph, search, build_s, time_limit):
           "yes" if total <= planner.usable_bytes(HARDWARE, devices)
           else "no")
   best = planner.plan(model, HARDWARE, devices, IMPLEMENTATION)[0]
-  return (row, devices) + auto + (
+  return (row, devices, layers or "all") + auto + (
       best.mesh_shape, best.strategy + ("+recompute" if best.recompute
                                         else ""),
       "%.2f" % (best.memory["total"] / GiB), "%.4f" % best.step_s,
       "yes" if best.fits else "no", "%.0f" % build_s,
       "%.0f" % search.schedule_s, "%.0f" % search_s,
-      "%.0f" % search.model_s, "%.0f" % search.solve_s, "%.0f" % time_limit,
+      "%.0f" % search.model_s, "%.0f" % search.solve_s,
+      "%.1f" % search.units, "%.0f" % time_limit,
       "/".join(sorted(set(search.statuses))))
 
 
-def print_table(path, rows, devices):
+def print_table(path, rows, devices, layers):
   """The CSV's cases (columns auto_* and plan_*) as markdown, then the
-  cases of rows x devices not in it."""
+  cases of rows x devices searched at `layers` not in it."""
   from mtf_talking_heads import commands  # pylint: disable=g-import-not-at-top
-  shown = COLUMNS[:13] + ("search_s", "solver_status")
+  shown = COLUMNS[:14] + ("search_s", "solve_units", "solver_status")
   cells = []
   if os.path.exists(path):
     with open(path) as f:
@@ -412,10 +437,10 @@ def print_table(path, rows, devices):
       "solver_status")))
   done = done_cases(path)
   pending = ["%s at %d" % (r, d) for r in rows for d in devices
-             if (r, d) not in done]
-  print("\n%d of %d cases measured; pending: %s" % (
+             if (r, d, layers) not in done]
+  print("\n%d of %d cases searched at %s layers measured; pending: %s" % (
       len(rows) * len(devices) - len(pending), len(rows) * len(devices),
-      ", ".join(pending) or "none"))
+      layers, ", ".join(pending) or "none"))
   return 0
 
 
@@ -432,6 +457,10 @@ def main(argv=None):
   parser.add_argument("--gin_param", action="append", default=[],
                       metavar="BINDING", help="a binding for every row, e.g. "
                       "\"num_layers = 1\" (the case is named ROW [BINDING])")
+  parser.add_argument("--search_layers", type=int, metavar="N",
+                      help="auto_mtf searches the graph with N layers per "
+                      "stack (num_layers = N), both choices priced on the "
+                      "row's own depth (default: the row's own depth)")
   parser.add_argument("--table", action="store_true",
                       help="print the CSV's cases as a markdown table and "
                       "name the pending ones; run nothing")
@@ -449,24 +478,30 @@ def main(argv=None):
   for row in args.rows:
     if row not in ROWS:
       parser.error("unknown row %r; choose from %s" % (row, ", ".join(ROWS)))
+  if args.search_layers is not None and args.search_layers < 1:
+    parser.error("--search_layers must be a positive integer, got %d" %
+                 args.search_layers)
   devices = tuple(args.devices or DEVICES)
+  layers = str(args.search_layers or "all")
   if args.table:
     return print_table(args.csv, [case_name(r, args.gin_param)
-                                  for r in args.rows or ROWS], devices)
+                                  for r in args.rows or ROWS], devices,
+                       layers)
   done = done_cases(args.csv)
   for row in args.rows or ROWS:
     row = case_name(row, args.gin_param)
-    todo = [d for d in devices if (row, d) not in done]
+    todo = [d for d in devices if (row, d, layers) not in done]
     if not todo:
       continue
-    start = time.time()
-    graph = StepGraph(row)
-    build_s = time.time() - start
+    start = time.process_time()
+    graph = StepGraph(row, args.search_layers)
+    build_s = time.process_time() - start
     search = Search(graph.mtf_graph, [graph.loss], args.time_limit)
     print("%s: graph built in %.0f s, scheduled in %.0f s" % (
         row, build_s, search.schedule_s), flush=True)
     for d in todo:
-      values = case_row(row, d, graph, search, build_s, args.time_limit)
+      values = case_row(row, d, args.search_layers, graph, search, build_s,
+                        args.time_limit)
       append_row(args.csv, values)
       print(",".join(str(v) for v in values), flush=True)
   return 0
