@@ -1,7 +1,7 @@
 """auto_mtf.layout_and_mesh_shape's choice vs mtf_th plan's, on the paper's rows.
 
   nice -n 19 .venv/bin/python benchmarks/auto_mtf_layout.py \\
-      --ortools /work/cache/ortools --csv /work/cache/auto_mtf_layout.csv
+      --ortools /work/cache/ortools --csv benchmarks/auto_mtf_layout.csv
 
 Needs ortools (auto_mtf's CP-SAT layout optimizer), which the pinned stack
 does not install; ortools 9.7.2996 installs beside it without changing any
@@ -19,19 +19,27 @@ shape of at most two axes it asks its LayoutOptimizer (CP-SAT) for the
 layout minimising its own peak-memory estimate and keeps the smallest.
 Its scheduler's result (which tensors are live at each op) does not depend
 on the mesh, so it is computed once per row, not once per mesh shape; the
-CP-SAT solve runs with one worker and a deterministic time limit per mesh
-shape (--time_limit; the solver_status column says whether every solve
-proved its optimum, OPTIMAL, or stopped at the limit, FEASIBLE, or found
-nothing there, UNKNOWN: that mesh shape is then left out).
+optimizer's memory constraints are written as coefficient rows
+(memory_rows: the constraints ortools would build, implied ones left out)
+instead of one ortools expression per live tensor; the CP-SAT solve runs
+with one worker and a deterministic time limit per mesh shape
+(--time_limit; the solver_status column says whether every solve proved
+its optimum, OPTIMAL, or stopped at the limit, FEASIBLE, or found nothing
+there, UNKNOWN: that mesh shape is then left out).  --search_layers N
+searches the graph of N layers per stack instead of the row's own depth
+(the choices are still priced at the row's depth; search_layers says
+which).
 
-Each CSV row gives auto_mtf's choice (mesh, layout, its own estimate), the
-same choice priced by memory.py and perf.py (the planner's predictors) on
-HARDWARE when memory.py models its layout (batch on one axis; on the other
-the heads dims with d_ff and vocab, as gin/layouts lay them out), and the
-planner's first candidate (planner.plan: the fastest that fits), with the
-seconds each stage took.  Finished cases are appended to --csv one line at
-a time and skipped when the command runs again, so it can run niced in the
-background in pieces.
+Each CSV row gives auto_mtf's choice (mesh, layout, its own estimate on the
+searched graph), the same choice priced by memory.py and perf.py (the
+planner's predictors) on HARDWARE when memory.py models its layout (batch
+on one axis; on the other the heads dims with d_ff and vocab, as
+gin/layouts lay them out), and the planner's first candidate (planner.plan:
+the fastest that fits), with the CPU seconds each stage took (building the
+graph, scheduling, the search; the search's CP-SAT model building and
+solving) and the CP-SAT deterministic units the solves used.  Finished
+cases are appended to --csv one line at a time and skipped when the command
+runs again, so it can run niced in the background in pieces.
 """
 import argparse
 import collections
@@ -469,8 +477,8 @@ def main(argv=None):
                       "first on sys.path")
   parser.add_argument("--time_limit", type=float, default=TIME_LIMIT,
                       metavar="T", help="CP-SAT deterministic time limit "
-                      "per mesh shape (its work units, about seconds of one "
-                      "core; not wall time, which a loaded machine "
+                      "per mesh shape (its work units, the solve_units "
+                      "column; not wall time, which a loaded machine "
                       "stretches; default %g)" % TIME_LIMIT)
   args = parser.parse_args(argv)
   if args.ortools:
