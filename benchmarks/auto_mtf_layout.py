@@ -446,7 +446,7 @@ def print_table(path, rows, devices, layers):
   done = done_cases(path)
   pending = ["%s at %d" % (r, d) for r in rows for d in devices
              if (r, d, layers) not in done]
-  print("\n%d of %d cases searched at %s layers measured; pending: %s" % (
+  print("\n%d of %d cases with search_layers %s measured; pending: %s" % (
       len(rows) * len(devices) - len(pending), len(rows) * len(devices),
       layers, ", ".join(pending) or "none"))
   return 0
