@@ -1,11 +1,13 @@
 """benchmarks/auto_mtf_layout.py builds auto_mtf's memory constraints as
 coefficient rows (memory_rows) instead of ortools expressions: the rows it
 keeps are the library's, and the ones it leaves out are implied by them, so
-every layout's peak is the same.  Needs no ortools."""
+every layout's peak is the same.  Needs no ortools.  And docs/costs.md
+shows what the benchmark's --table prints from its committed CSVs."""
 import collections
 import importlib.util
 import itertools
 import os
+import shlex
 
 import mesh_tensorflow as mtf
 import numpy as np
@@ -103,3 +105,21 @@ def test_rows_keep_every_layouts_peak():
     assert (rows @ chosen).max() == peak
     peaks.add(int(peak))
   assert len(peaks) > 3  # the layouts do differ
+
+
+def test_costs_md_shows_what_table_prints(capsys, monkeypatch):
+  """docs/costs.md's auto_mtf tables are what --table prints from the
+  committed CSVs (the cases, their figures and the pending ones)."""
+  bench = _benchmark()
+  repo = os.path.join(os.path.dirname(__file__), "..")
+  monkeypatch.chdir(repo)
+  with open("docs/costs.md") as f:
+    lines = f.read().splitlines()
+  found = [i for i, line in enumerate(lines)
+           if "benchmarks/auto_mtf_layout.py" in line and "--table" in line]
+  assert len(found) == 2
+  for i in found:
+    assert bench.main(shlex.split(lines[i])[1:]) == 0
+    printed = [l for l in capsys.readouterr().out.splitlines() if l.strip()]
+    shown = [l for l in lines[i + 1:] if l.strip()][:len(printed)]
+    assert shown == printed, lines[i]
