@@ -119,7 +119,7 @@ def test_costs_md_shows_what_table_prints(capsys, monkeypatch):
            if "benchmarks/auto_mtf_layout.py" in line and "--table" in line]
   assert len(found) == 2
   for i in found:
-    assert bench.main(shlex.split(lines[i])[1:]) == 0
+    assert bench.main(shlex.split(lines[i])[2:]) == 0
     printed = [l for l in capsys.readouterr().out.splitlines() if l.strip()]
     shown = [l for l in lines[i + 1:] if l.strip()][:len(printed)]
     assert shown == printed, lines[i]
