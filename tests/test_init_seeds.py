@@ -80,6 +80,8 @@ def _differing(a, b):
 def test_initial_weights_do_not_depend_on_the_mesh(attention, extra):
   base = initial_values(attention, extra, MESHES[0])
   assert any("layer_000" in k for k in base)
+  # T5's relative-position biases (initializer=None) are compared too
+  assert any(k.endswith("/relative_attention_bias") for k in base)
   for mesh_shape in MESHES[1:]:
     other = initial_values(attention, extra, mesh_shape)
     assert _differing(base, other) == [], mesh_shape
@@ -90,19 +92,24 @@ def test_without_name_seeds_creation_order_changes_the_weights():
   created before the model's variables (as a strategy that builds its ops in
   another order does: until 2026-11-27 GatheredBatchSplit, which Auto picked
   on model:4, created the relative bias first) changes the weights drawn
-  after it.  Seeded by variable name, every variable with an initializer of
-  its own keeps its value; the relative-position biases, which mtf creates
-  with TF's default initializer (no initializer object to seed), still
-  follow the counter: the same on every mesh only because every strategy
-  now creates them at the same point (test above)."""
+  after it.  Seeded by variable name, every variable keeps its value, the
+  relative-position biases included (mtf creates them with initializer=None:
+  name_seeded_variables gives them TF's default glorot_uniform, seeded), and
+  the relative biases keep the distribution TF's default gives them."""
   args = ("talking_heads", [], "model:1")
   counted = initial_values(*args, name_seeded=False)
   shifted = initial_values(*args, name_seeded=False, op_first=True)
   assert len(_differing(counted, shifted)) >= len(counted) // 2
+  biases = [k for k in counted if k.endswith("/relative_attention_bias")]
+  assert biases and all(k in _differing(counted, shifted) for k in biases)
   named = initial_values(*args)
-  differ = _differing(named, initial_values(*args, op_first=True))
-  assert differ and all(k.endswith("/relative_attention_bias")
-                        for k in differ), differ
+  assert _differing(named, initial_values(*args, op_first=True)) == []
+  for k in biases:  # glorot_uniform: U(-l, l), l = sqrt(6 / (fan_in + fan_out))
+    limit = np.sqrt(6.0 / sum(named[k].shape))
+    assert np.abs(named[k]).max() <= limit
+    assert np.abs(counted[k]).max() <= limit
+    assert np.abs(named[k]).max() > 0.8 * limit
+    assert not np.array_equal(named[k], counted[k])
 
 
 def test_seed_and_name_decide():
