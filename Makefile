@@ -44,16 +44,22 @@ test: $(STAMP)
 
 # The split strategies' cores run again with TF's oneDNN kernels forced on
 # (TF 2.15's default on CPUs with AVX-512, off on older ones), whose
-# Softmax refuses tensors of more than 5 dims (docs/sharding.md): every
-# non-matrix test of test_strategies.py (768 heads, errors, gin, greedy
-# decoding) and the batch:2 x model:4 column of its matrix, where the split
-# cores have the most dims (the matrix's pre-flight-only checks build no
-# graph and are left out).  tests/test_kernel_ranks.py checks the ranks of
-# every strategy's graphs statically in the main run.  34 tests, 2.3 min
-# measured on 2 cores with one process (2026-11-26); 5.5 min on two workers
-# while another test run shared the cores (2026-11-27).
+# Softmax refuses tensors of more than 5 dims (docs/sharding.md): the tests
+# of test_strategies.py that run a split core - the 768-heads training,
+# greedy decoding, and the batch:2 x model:4 runs of its matrix, where the
+# split cores have the most dims, for talking heads and dynamic projections
+# (multi-head's and logits-only's cores run a subset of their op types at
+# the same ranks) and the two strategies that run one model per mesh.  Left
+# out: heads-parallel runs (a 4-dim softmax), the pre-flight-only and error
+# tests (no kernel runs).  These sessions keep TF's graph rewrites, as
+# training does (tests/_strategy_util.session_config).
+# tests/test_kernel_ranks.py checks the ranks of every strategy's graphs,
+# multi-head's and talking heads', statically in the main run.
+# 12 tests (34 before), 254 CPU-s on two workers (2026-11-27, measured
+# while the 2 cores were shared with about 20 other processes, so its wall
+# time, 38.7 min, says nothing; not yet timed on quiet cores).
 ONEDNN_TESTS := tests/test_strategies.py
-ONEDNN_SELECT := (not test_sharded_equals_unsharded and not test_preflight) or batch2xmodel4
+ONEDNN_SELECT := (batch2xmodel4 and (th- or dynamic- or batch_split_gathered or batch_query_split) and not heads_parallel) or 768_heads or greedy_decoding
 test-onednn: $(STAMP)
 	TF_ENABLE_ONEDNN_OPTS=1 $(BIN)/python -m pytest -q -n 2 --dist load $(PYTEST_ARGS) -k "$(ONEDNN_SELECT)" $(ONEDNN_TESTS)
 

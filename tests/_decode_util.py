@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import harness
+import _strategy_util as su
 
 _EVAL = "eval"
 # Bitransformer.decode passes no stop token: mtf's gin default (1) would end
@@ -141,7 +142,8 @@ class DecodeRun(object):
       lowering = mtf.Lowering(mesh.graph, {mesh: harness.mesh_impl("", "")})
       tf_outputs = {k: lowering.export_to_tf_tensor(v)
                     for k, v in outputs.items()}
-      with tf.Session(graph=self.graph) as session:
+      with tf.Session(graph=self.graph,
+                      config=su.session_config()) as session:
         session.run(tf.global_variables_initializer())
         session.run(lowering.copy_masters_to_slices())
         self.results = session.run(tf_outputs)

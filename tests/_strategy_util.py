@@ -8,7 +8,11 @@
   pre-flight-only checks), shared with test_sharded.
 * `GreedyDecode`: greedy decoding (mtf's "first_part" + "incremental" modes)
   of a Unitransformer, lowered on a mesh; run it or inspect it.
+* `session_config`: the tests' session ConfigProto (TF's graph rewrites off
+  on the Eigen kernels).
 """
+import os
+
 import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 import mesh_tensorflow as mtf
 from mesh_tensorflow.transformer import transformer
@@ -55,6 +59,31 @@ def matrix_cases(matrix, fast, runs=True):
     marks = () if case_id in fast or not runs else (pytest.mark.slow,)
     cases.append(pytest.param(*key, id=case_id, marks=marks))
   return cases
+
+def session_config():
+  """ConfigProto for the tests' sessions: TF's graph rewrites off on Eigen.
+
+  This process's logical CPUs (compat.split_cpu), with grappler's
+  meta-optimizer disabled and the classic graph optimizer at L0 (no
+  constant folding, no common subexpressions): the ops run as lowered, and
+  the first run of a set of fetches costs about a sixth of the CPU
+  (measured on the 8-device dynamic-projections graph of test_sharded,
+  21166 ops: 17 -> 2.9 CPU-s; the same loss to the last bit).  Under
+  TF_ENABLE_ONEDNN_OPTS=1 (`make test-onednn`) the rewrites stay on, as in
+  training: grappler's remapper is what fuses ops into oneDNN kernels.
+  (oneDNN's Softmax refuses a 6-dim input with and without the rewrites,
+  checked on TF 2.15.1.)
+
+  Returns:
+    a tf.ConfigProto.
+  """
+  from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
+  config = context.context().config  # a new proto, with the logical devices
+  if os.environ.get("TF_ENABLE_ONEDNN_OPTS") != "1":
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    config.graph_options.optimizer_options.opt_level = tf.OptimizerOptions.L0
+  return config
+
 
 def make_layer(model, strategy):
   """The layer MODELS[model] with `strategy`, named "attention"."""
@@ -128,7 +157,8 @@ class GreedyDecode(object):
       values: optional {variable name: ndarray} to decode with (else the
         random initialisation).
     """
-    with self.graph.as_default(), tf.Session(graph=self.graph) as session:
+    with self.graph.as_default(), tf.Session(
+        graph=self.graph, config=session_config()) as session:
       session.run(self._init_op)
       for name, v in self._variables.items():
         if values is not None:

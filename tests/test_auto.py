@@ -33,6 +33,7 @@ from mtf_talking_heads import planner
 from mtf_talking_heads import sharding
 from mtf_talking_heads import training
 from mtf_talking_heads.commands import comm as comm_command
+import _strategy_util as su
 
 DIMS = dict(d_k=2, d_v=3, d_model=8, length=8)
 HEADS = {"talking_heads": dict(heads_k=8, heads=4, heads_v=8),
@@ -143,7 +144,8 @@ def test_auto_adds_its_rule_to_the_model_layout_and_matches_one_device():
     return layers.TalkingHeadsAttention(heads_k=4, heads=2, heads_v=4, d_k=2,
                                         d_v=2, strategy=strategy)
   auto = sharding.Auto()
-  kwargs = dict(d_model=8, vocab=16, batch=8, length=8)
+  kwargs = dict(d_model=8, vocab=16, batch=8, length=8,
+                config=su.session_config())
   split_layer = layer(auto)
   sharded = harness.Harness([split_layer], mesh_shape="model:2",
                             layout="heads_k:model;heads_v:model", **kwargs)

@@ -20,6 +20,7 @@ import tensorflow.compat.v1 as tf
 from mtf_talking_heads import harness
 from mtf_talking_heads import layers
 from mtf_talking_heads import sharding
+import _strategy_util as su
 
 D_MODEL, VOCAB, LENGTH, INPUT_LENGTH = 16, 32, 8, 6
 MESH = "model:4"
@@ -91,7 +92,8 @@ class _Run(object):
 
   def run(self, values=None):
     """({name: fetched}, {variable: value}), after loading `values`."""
-    with tf.Session(graph=self.graph) as session:
+    with tf.Session(graph=self.graph,
+                    config=su.session_config()) as session:
       session.run(self._init)
       if values is not None:
         for v in self._variables:

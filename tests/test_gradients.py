@@ -21,6 +21,7 @@ from mtf_talking_heads import kernels
 from mtf_talking_heads import harness
 from mtf_talking_heads import layers
 import _equiv_util as eu
+import _strategy_util as su
 
 D_MODEL, LENGTH, BATCH, VOCAB = 8, 5, 2, 32
 EPS = 1e-5          # float64 central differences
@@ -49,7 +50,8 @@ NAMES = list(VARIANTS)
 
 def _harness(probes, **kwargs):
   return harness.Harness(probes, d_model=D_MODEL, vocab=VOCAB, batch=BATCH,
-                         length=LENGTH, autoregressive=True, **kwargs)
+                         length=LENGTH, autoregressive=True,
+                         config=su.session_config(), **kwargs)
 
 
 # ------------------------------------------------------- finite differences

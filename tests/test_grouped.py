@@ -27,6 +27,7 @@ import pytest
 
 import _decode_util
 import _equiv_util as eu
+import _strategy_util as su
 import reference as ref
 from mtf_talking_heads import attention
 from mtf_talking_heads import comm
@@ -159,7 +160,8 @@ def causal_run():
   spec = _twins()
   twins = [eu.Twins(a, b, "t%d" % i) for i, (_, a, b, _, _) in enumerate(spec)]
   h = harness.Harness([probe] + twins, d_model=D_MODEL, vocab=VOCAB,
-                      batch=BATCH, length=LENGTH, autoregressive=True, seed=5)
+                      batch=BATCH, length=LENGTH, autoregressive=True, seed=5,
+                      config=su.session_config())
   values = h.variable_values()
   assign = {}
   for t, (_, _, _, mapping, overrides) in zip(twins, spec):
@@ -240,7 +242,7 @@ def _sharded_harness(mesh_shape, layout, strategy):
   run = harness.Harness([layer], d_model=SHARD_D_MODEL, vocab=VOCAB,
                         batch=SHARD_BATCH, length=SHARD_LENGTH,
                         mesh_shape=mesh_shape, layout=layout,
-                        optimizer_step=True)
+                        optimizer_step=True, config=su.session_config())
   return run, layer
 
 

@@ -20,7 +20,8 @@ probed once with inputs of 6 to 8 dims; BatchMatMulV2, Einsum, Transpose,
 Reshape, broadcasting Add/Sub/Mul/RealDiv/Maximum, AddN, Sum, Max, Exp,
 Rsqrt, Square, SquaredDifference, Relu, Tanh, LogSoftmax, Cast, ConcatV2
 and StridedSlice all ran.  `make test-onednn` (part of `make test`) runs the
-strategy tests themselves with TF_ENABLE_ONEDNN_OPTS=1.
+split strategies' tests themselves with TF_ENABLE_ONEDNN_OPTS=1 (the
+Makefile's ONEDNN_SELECT).
 """
 import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 import pytest

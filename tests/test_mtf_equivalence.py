@@ -22,6 +22,7 @@ import pytest
 from mtf_talking_heads import harness
 from mtf_talking_heads import layers
 import _equiv_util as eu
+import _strategy_util as su
 
 D_MODEL, LENGTH, BATCH, VOCAB = 8, 6, 2, 32
 OUT_TOL = 1e-5   # loss, logits, attention output (relative to max |.|)
@@ -159,7 +160,7 @@ def _build(layer_list, autoregressive, seed):
   ids = np.random.RandomState(0).randint(1, VOCAB, size=(BATCH, LENGTH))
   h = harness.Harness(probes, d_model=D_MODEL, vocab=VOCAB, batch=BATCH,
                       length=LENGTH, autoregressive=autoregressive, seed=seed,
-                      inputs=ids)
+                      inputs=ids, config=su.session_config())
   return h, probes
 
 

@@ -23,6 +23,7 @@ import pytest
 from mtf_talking_heads import harness
 from mtf_talking_heads import layers
 import _equiv_util as eu
+import _strategy_util as su
 import reference as ref
 
 TOL = 1e-5  # float32 graph vs float64 reference, relative to max |Y|
@@ -354,7 +355,7 @@ def causal_run():
            for i, (_, a, b, _) in enumerate(twins_spec)]
   h = harness.Harness(probes + twins, d_model=D_MODEL, vocab=VOCAB,
                       batch=BATCH, length=LENGTH, autoregressive=True,
-                      seed=11)
+                      seed=11, config=su.session_config())
   values = h.variable_values()
   assign = {}
   for t, (_, _, _, mapping) in zip(twins, twins_spec):
@@ -381,7 +382,8 @@ def padded_run():
   probes = [eu.Probe(make(), "v%02d" % i, sequence_id=SEGMENTS)
             for i, (_, make, _) in enumerate(VARIANTS)]
   h = harness.Harness(probes, d_model=D_MODEL, vocab=VOCAB, batch=BATCH,
-                      length=LENGTH, autoregressive=False, seed=12)
+                      length=LENGTH, autoregressive=False, seed=12,
+                      config=su.session_config())
   tensors = {}
   for i, p in enumerate(probes):
     tensors["x%d" % i], tensors["y%d" % i] = p.x, p.y
