@@ -1,7 +1,7 @@
 """auto_mtf.layout_and_mesh_shape's choice vs mtf_th plan's, on the paper's rows.
 
   nice -n 19 .venv/bin/python benchmarks/auto_mtf_layout.py \\
-      --ortools /work/cache/ortools --csv /work/cache/auto_mtf_layout.csv
+      --ortools /work/cache/ortools --csv benchmarks/auto_mtf_layout.csv
 
 Needs ortools (auto_mtf's CP-SAT layout optimizer), which the pinned stack
 does not install; ortools 9.7.2996 installs beside it without changing any
@@ -19,19 +19,27 @@ shape of at most two axes it asks its LayoutOptimizer (CP-SAT) for the
 layout minimising its own peak-memory estimate and keeps the smallest.
 Its scheduler's result (which tensors are live at each op) does not depend
 on the mesh, so it is computed once per row, not once per mesh shape; the
-CP-SAT solve runs with one worker and a deterministic time limit per mesh
-shape (--time_limit; the solver_status column says whether every solve
-proved its optimum, OPTIMAL, or stopped at the limit, FEASIBLE, or found
-nothing there, UNKNOWN: that mesh shape is then left out).
+optimizer's memory constraints are written as coefficient rows
+(memory_rows: the constraints ortools would build, implied ones left out)
+instead of one ortools expression per live tensor; the CP-SAT solve runs
+with one worker and a deterministic time limit per mesh shape
+(--time_limit; the solver_status column says whether every solve proved
+its optimum, OPTIMAL, or stopped at the limit, FEASIBLE, or found nothing
+there, UNKNOWN: that mesh shape is then left out).  --search_layers N
+searches the graph of N layers per stack instead of the row's own depth
+(the choices are still priced at the row's depth; search_layers says
+which).
 
-Each CSV row gives auto_mtf's choice (mesh, layout, its own estimate), the
-same choice priced by memory.py and perf.py (the planner's predictors) on
-HARDWARE when memory.py models its layout (batch on one axis; on the other
-the heads dims with d_ff and vocab, as gin/layouts lay them out), and the
-planner's first candidate (planner.plan: the fastest that fits), with the
-seconds each stage took.  Finished cases are appended to --csv one line at
-a time and skipped when the command runs again, so it can run niced in the
-background in pieces.
+Each CSV row gives auto_mtf's choice (mesh, layout, its own estimate on the
+searched graph), the same choice priced by memory.py and perf.py (the
+planner's predictors) on HARDWARE when memory.py models its layout (batch
+on one axis; on the other the heads dims with d_ff and vocab, as
+gin/layouts lay them out), and the planner's first candidate (planner.plan:
+the fastest that fits), with the CPU seconds each stage took (building the
+graph, scheduling, the search; the search's CP-SAT model building and
+solving) and the CP-SAT deterministic units the solves used.  Finished
+cases are appended to --csv one line at a time and skipped when the command
+runs again, so it can run niced in the background in pieces.
 """
 import argparse
 import collections
@@ -56,11 +64,11 @@ HARDWARE = "tpu_v3"
 BUILD_PARAMS = ("activation_dtype = 'bfloat16'", "mesh_shape = 'model:1'")
 IMPLEMENTATION = "mtf_th"
 TIME_LIMIT = 600.0  # CP-SAT deterministic time units per mesh shape
-COLUMNS = ("row", "devices", "auto_mesh", "auto_layout", "auto_estimate_gib",
+COLUMNS = ("row", "devices", "search_layers", "auto_mesh", "auto_layout", "auto_estimate_gib",
            "auto_memory_gib", "auto_step_s", "auto_fits", "plan_mesh",
            "plan_strategy", "plan_memory_gib", "plan_step_s", "plan_fits",
-           "build_s", "schedule_s", "search_s", "time_limit_s",
-           "solver_status")
+           "build_s", "schedule_s", "search_s", "model_s", "solve_s",
+           "solve_units", "time_limit_s", "solver_status")
 HEADS_DIMS = ("heads", "heads_k", "heads_v", "groups")
 # the relative position bias' [buckets, heads] (32 x heads floats): auto_mtf
 # may split it anywhere; memory.py keeps it whole
@@ -69,11 +77,12 @@ GiB = 2.0 ** 30
 
 
 def done_cases(path):
-  """{(row, devices)} already in the CSV at `path`."""
+  """{(row, devices, search_layers)} already in the CSV at `path`."""
   if not os.path.exists(path):
     return set()
   with open(path) as f:
-    return {(r["row"], int(r["devices"])) for r in csv.DictReader(f)}
+    return {(r["row"], int(r["devices"]), r["search_layers"])
+            for r in csv.DictReader(f)}
 
 
 def append_row(path, values):
@@ -108,18 +117,19 @@ class StepGraph(object):
   Attributes: mtf_graph, loss (the final tensor), vocab, optimizer name.
   """
 
-  def __init__(self, row):
+  def __init__(self, row, layers=None):
     import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
     import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
     from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
     from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
     from mtf_talking_heads.training import model_size  # pylint: disable=g-import-not-at-top
     from mtf_talking_heads.training import settings as settings_lib  # pylint: disable=g-import-not-at-top
-    settings_lib.parse_gin(gin_files(row),
-                           list(BUILD_PARAMS) + gin_params(row))
+    params = gin_params(row) + (["num_layers = %d" % layers] if layers
+                                else [])
+    settings_lib.parse_gin(gin_files(row), list(BUILD_PARAMS) + params)
     settings = settings_lib.Settings()
     self.vocab = settings_lib.vocab_size()
-    self.optimizer = perf.model_from_gin(gin_files(row), gin_params(row),
+    self.optimizer = perf.model_from_gin(gin_files(row), params,
                                          vocab=self.vocab).optimizer
     model = model_size.build_model(settings, settings.layout,
                                    settings.mesh_shape)
@@ -142,8 +152,10 @@ class Search(object):
   LayoutOptimizer per mesh shape; each runs the scheduler over the whole
   graph, whose result does not depend on the mesh (tensor sizes unsplit).
   Here the graph interface and its memory contents are computed once and
-  handed to every mesh shape's optimizer; the layouts and values are the
-  same as the library's.
+  handed to every mesh shape's optimizer, and the optimizer's memory
+  constraints are built from memory_rows (the same linear constraints,
+  coefficient for coefficient, without ortools' per-term Python
+  expressions); the layouts and values are the same as the library's.
   """
 
   def __init__(self, mtf_graph, outputs, time_limit):
@@ -151,16 +163,20 @@ class Search(object):
     from mesh_tensorflow.auto_mtf import layout_optimizer  # pylint: disable=g-import-not-at-top
     from mesh_tensorflow.auto_mtf import scheduler  # pylint: disable=g-import-not-at-top
     from ortools.sat.python import cp_model  # pylint: disable=g-import-not-at-top
-    start = time.time()
+    start = time.process_time()
     self.interface = graph_interface.GraphInterface(mtf_graph)
     for t in outputs:
       self.interface.set_tensor_final(t.name)
     schedule = scheduler.minimize_peak_memory(self.interface, "LIST")
     self.contents = maximal(
         self.interface.compute_memory_contents_under_schedule(schedule))
-    self.schedule_s = time.time() - start
+    self.schedule_s = time.process_time() - start
     self.mtf_graph, self.outputs = mtf_graph, outputs
-    self.statuses = []
+    # what a tensor's size depends on: dtype and mtf shape
+    self.shapes = {t.name: (t.dtype.size, str(t.shape))
+                   for op in mtf_graph.operations for t in op.outputs}
+    self.statuses, self.model_s, self.solve_s, self.units = [], 0.0, 0.0, 0.0
+    self.constraints = []  # (memory constraints of the library, built)
     search = self
 
     class LimitedSolver(cp_model.CpSolver):
@@ -170,14 +186,73 @@ class Search(object):
         # deterministic time: the same work whatever else loads the cores
         self.parameters.max_deterministic_time = time_limit
         self.parameters.num_workers = 1
+        begin = time.process_time()
         status = super().Solve(model, *args, **kwargs)
+        search.solve_s += time.process_time() - begin
         search.statuses.append(self.StatusName(status))
+        search.units += self.ResponseProto().deterministic_time
         return status
 
+    class NoTensors(object):
+      """A GraphInterface listing no tensors (its ops as they are)."""
+
+      def __init__(self, interface):
+        self.interface = interface
+
+      def __getattr__(self, name):
+        return getattr(self.interface, name)
+
+      def get_all_tensor_names(self):  # pylint: disable=invalid-name
+        return []
+
     class Optimizer(layout_optimizer.LayoutOptimizer):
+      """LayoutOptimizer with the memory constraints from memory_rows."""
+
+      def __init__(self, estimator):
+        begin = time.process_time()
+        super().__init__(estimator)
+        search.model_s += time.process_time() - begin
 
       def _get_memory_contents(self):
         return search.contents
+
+      def _add_constraints(self):
+        # the library's constraints but the memory ones: over no tensors it
+        # sizes none and adds no memory constraint
+        self._graph, contents = NoTensors(self._graph), search.contents
+        search.contents = []
+        super()._add_constraints()
+        self._graph, search.contents = self._graph.interface, contents
+        columns, rows = memory_rows(contents, self._tensor_terms())
+        search.constraints.append((len(contents), len(rows)))
+        # each row as AddLinearExpressionInDomain writes sum(...) <= z:
+        # its variables and coefficients, then z's -1, at most 0
+        z = self._memory_var.Index()
+        for row in rows:
+          nonzero = row.nonzero()[0]
+          linear = self._model.Proto().constraints.add().linear
+          linear.vars.extend([columns[j] for j in nonzero] + [z])
+          linear.coeffs.extend([int(row[j]) for j in nonzero] + [-1])
+          linear.domain.extend([cp_model.INT_MIN, 0])
+
+      def _tensor_terms(self):
+        """{tensor: {local variable index: its size under that
+        assignment}}."""
+        mesh = self._layout_validator.mesh_dimension_name_to_size
+        terms, sizes = {}, {}
+        for name in self._graph.get_all_tensor_names():
+          if not self._graph.is_tensor_on_canonical_device(name):
+            continue
+          dims = self._tensor_name_to_mtf_dimension_set[name]
+          key = (dims, search.shapes[name])
+          if key not in sizes:  # the sizes depend on these alone
+            sizes[key] = {
+                self._local_vars[dims][layout_optimizer._local_var_name(  # pylint: disable=protected-access
+                    dims, a)].Index(): self._graph.get_tensor_size(
+                        name, a, mesh)
+                for a in self._assignments[dims]}
+          terms[name] = sizes[key]
+        return terms
 
     layout_optimizer.cp_model.CpSolver = LimitedSolver
     self.optimizer_class = Optimizer
@@ -206,6 +281,57 @@ class Search(object):
     return best
 
 
+def memory_rows(contents, terms):
+  """auto_mtf's memory constraints as coefficient rows, implied ones left out.
+
+  LayoutOptimizer adds, for each set of `contents` (the tensors live at one
+  op), the constraint sum over its tensors t of sum over t's assignments a
+  of size(t, a) * y_a <= z, and ortools flattens it into one coefficient per
+  local variable y_a: the sum of size(t, a) over the live tensors whose
+  dims have that assignment.  Those coefficients are computed here as
+  numbers: a tensor is live over consecutive sets (from the op making it to
+  its last reader), so each tensor adds its sizes at its first set and
+  takes them off after its last.  A row that is another's or whose every
+  coefficient is at most another's is implied by it (the y_a are 0 or 1)
+  and left out; what remains has the library's feasible layouts and peak.
+
+  Args:
+    contents: list of sets of tensor names, as LayoutOptimizer's
+      _get_memory_contents.
+    terms: {tensor name: {column: bytes}}, e.g. {"x": {y0: 64, y1: 32}}:
+      the local variables of the tensor's dims and its size under each.
+
+  Returns:
+    (columns, rows): the list of columns, and an int64 array
+    [constraints, len(columns)] of coefficients.
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  first, last = {}, {}
+  for i, names in enumerate(contents):
+    for name in names:
+      first.setdefault(name, i)
+      last[name] = i
+  if sum(last[t] - first[t] + 1 for t in first) != sum(map(len, contents)):
+    raise ValueError("a tensor is live over sets that are not consecutive")
+  columns, index = [], {}
+  for name in first:
+    for column in terms.get(name, {}):
+      if column not in index:
+        index[column] = len(columns)
+        columns.append(column)
+  delta = np.zeros((len(contents) + 1, len(columns)), np.int64)
+  for name in first:
+    for column, size in terms.get(name, {}).items():
+      delta[first[name], index[column]] += size
+      delta[last[name] + 1, index[column]] -= size
+  rows = np.unique(np.cumsum(delta, axis=0)[:-1], axis=0)
+  kept, count = np.zeros_like(rows), 0
+  for row in rows[np.argsort(-rows.sum(axis=1), kind="stable")]:
+    if not (kept[:count] >= row).all(axis=1).any():
+      kept[count], count = row, count + 1
+  return columns, kept[:count]
+
+
 def maximal(contents):
   """The sets of `contents` that are not subsets of a neighbour.
 
@@ -214,8 +340,6 @@ def maximal(contents):
   neighbour.  auto_mtf puts one constraint sum(sizes of a set) <= peak per
   set: a subset's constraint is implied by its superset's (sizes are not
   negative), and the peak evaluate_layout takes over the sets is the same.
-  Building the CP-SAT model is most of the search's time, a quarter less
-  with these alone.
   """
   last = len(contents) - 1
   return [s for i, s in enumerate(contents)
@@ -271,13 +395,16 @@ def price(model, mesh_shape, dims):
   return total, step
 
 
-def case_row(row, devices, graph, search, build_s, time_limit):
-  """The CSV values of one (row, devices) case."""
+def case_row(row, devices, layers, graph, search, build_s, time_limit):
+  """The CSV values of one (row, devices) case, auto_mtf's search on the
+  graph of `layers` layers per stack (None: the row's own), both choices
+  priced on the row's own model."""
   from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
-  start, search.statuses = time.time(), []
+  start, search.statuses = time.process_time(), []
+  search.model_s = search.solve_s = search.units = 0.0
   found = search.run(devices)
-  search_s = time.time() - start
+  search_s = time.process_time() - start
   model = perf.model_from_gin(gin_files(row), gin_params(row),
                               vocab=graph.vocab)
   auto = ("n/a",) * 6  # no mesh shape solved within the limit
@@ -293,20 +420,22 @@ def case_row(row, devices, graph, search, build_s, time_limit):
           "yes" if total <= planner.usable_bytes(HARDWARE, devices)
           else "no")
   best = planner.plan(model, HARDWARE, devices, IMPLEMENTATION)[0]
-  return (row, devices) + auto + (
+  return (row, devices, layers or "all") + auto + (
       best.mesh_shape, best.strategy + ("+recompute" if best.recompute
                                         else ""),
       "%.2f" % (best.memory["total"] / GiB), "%.4f" % best.step_s,
       "yes" if best.fits else "no", "%.0f" % build_s,
-      "%.0f" % search.schedule_s, "%.0f" % search_s, "%.0f" % time_limit,
+      "%.0f" % search.schedule_s, "%.0f" % search_s,
+      "%.0f" % search.model_s, "%.0f" % search.solve_s,
+      "%.1f" % search.units, "%.0f" % time_limit,
       "/".join(sorted(set(search.statuses))))
 
 
-def print_table(path, rows, devices):
+def print_table(path, rows, devices, layers):
   """The CSV's cases (columns auto_* and plan_*) as markdown, then the
-  cases of rows x devices not in it."""
+  cases of rows x devices searched at `layers` not in it."""
   from mtf_talking_heads import commands  # pylint: disable=g-import-not-at-top
-  shown = COLUMNS[:13] + ("search_s", "solver_status")
+  shown = COLUMNS[:14] + ("search_s", "solve_units", "solver_status")
   cells = []
   if os.path.exists(path):
     with open(path) as f:
@@ -316,10 +445,10 @@ def print_table(path, rows, devices):
       "solver_status")))
   done = done_cases(path)
   pending = ["%s at %d" % (r, d) for r in rows for d in devices
-             if (r, d) not in done]
-  print("\n%d of %d cases measured; pending: %s" % (
+             if (r, d, layers) not in done]
+  print("\n%d of %d cases with search_layers %s measured; pending: %s" % (
       len(rows) * len(devices) - len(pending), len(rows) * len(devices),
-      ", ".join(pending) or "none"))
+      layers, ", ".join(pending) or "none"))
   return 0
 
 
@@ -336,6 +465,10 @@ def main(argv=None):
   parser.add_argument("--gin_param", action="append", default=[],
                       metavar="BINDING", help="a binding for every row, e.g. "
                       "\"num_layers = 1\" (the case is named ROW [BINDING])")
+  parser.add_argument("--search_layers", type=int, metavar="N",
+                      help="auto_mtf searches the graph with N layers per "
+                      "stack (num_layers = N), both choices priced on the "
+                      "row's own depth (default: the row's own depth)")
   parser.add_argument("--table", action="store_true",
                       help="print the CSV's cases as a markdown table and "
                       "name the pending ones; run nothing")
@@ -344,8 +477,8 @@ def main(argv=None):
                       "first on sys.path")
   parser.add_argument("--time_limit", type=float, default=TIME_LIMIT,
                       metavar="T", help="CP-SAT deterministic time limit "
-                      "per mesh shape (its work units, about seconds of one "
-                      "core; not wall time, which a loaded machine "
+                      "per mesh shape (its work units, the solve_units "
+                      "column; not wall time, which a loaded machine "
                       "stretches; default %g)" % TIME_LIMIT)
   args = parser.parse_args(argv)
   if args.ortools:
@@ -353,24 +486,30 @@ def main(argv=None):
   for row in args.rows:
     if row not in ROWS:
       parser.error("unknown row %r; choose from %s" % (row, ", ".join(ROWS)))
+  if args.search_layers is not None and args.search_layers < 1:
+    parser.error("--search_layers must be a positive integer, got %d" %
+                 args.search_layers)
   devices = tuple(args.devices or DEVICES)
+  layers = str(args.search_layers or "all")
   if args.table:
     return print_table(args.csv, [case_name(r, args.gin_param)
-                                  for r in args.rows or ROWS], devices)
+                                  for r in args.rows or ROWS], devices,
+                       layers)
   done = done_cases(args.csv)
   for row in args.rows or ROWS:
     row = case_name(row, args.gin_param)
-    todo = [d for d in devices if (row, d) not in done]
+    todo = [d for d in devices if (row, d, layers) not in done]
     if not todo:
       continue
-    start = time.time()
-    graph = StepGraph(row)
-    build_s = time.time() - start
+    start = time.process_time()
+    graph = StepGraph(row, args.search_layers)
+    build_s = time.process_time() - start
     search = Search(graph.mtf_graph, [graph.loss], args.time_limit)
     print("%s: graph built in %.0f s, scheduled in %.0f s" % (
         row, build_s, search.schedule_s), flush=True)
     for d in todo:
-      values = case_row(row, d, graph, search, build_s, args.time_limit)
+      values = case_row(row, d, args.search_layers, graph, search, build_s,
+                        args.time_limit)
       append_row(args.csv, values)
       print(",".join(str(v) for v in values), flush=True)
   return 0

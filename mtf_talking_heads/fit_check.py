@@ -4,7 +4,8 @@ Pure Python (no TensorFlow): reads the model, mesh_shape, layout,
 activation_dtype and dropout_rate from the gin files as `mtf_th plan`
 does, predicts the memory per device of one training step (memory.py,
 for every sharding strategy that applies: the layers' default, Auto, may
-pick any) and, if even the smallest does not fit the target hardware
+pick any; and heads-parallel with its core recomputed when the gin files
+bind mtf_th.RecomputeCore to a layer's strategy) and, if even the smallest does not fit the target hardware
 with planner.DEFAULT_MARGIN left free, gives one line naming the plan
 command that lists what would fit: a warning for a TPU slice (warning(),
 launch/tpu.py), the reason to refuse a run on this machine's CPU
@@ -24,6 +25,15 @@ def _config(gin_files, gin_params):
   return gin_reader.GinConfig(gin_files, gin_params, gin_paths.gin_dir())
 
 
+def _recomputes(config):
+  """True if a binding of the gin files makes some layer's strategy
+  mtf_th.RecomputeCore (e.g. `mtf_th.TalkingHeadsAttention.strategy =
+  @mtf_th.RecomputeCore()`)."""
+  return any(str(config.binding(key)).lstrip("@").startswith(
+      "mtf_th.RecomputeCore") for key in config.binding_keys()
+             if key.endswith(".strategy"))
+
+
 def smallest(gin_files, gin_params, hardware):
   """(bytes per device of the best strategy, mesh_shape, devices), or None
   when the gin files are not a model perf.py reads or the mesh has other
@@ -37,16 +47,21 @@ def smallest(gin_files, gin_params, hardware):
     impl = ("mtf_th_float32" if hardware == "cpu" or config.get(
         "activation_dtype", "float32") == "float32" else "mtf_th")
     dropout = bool(config.get("dropout_rate", 0.0))
+    recompute = _recomputes(config)
   except (ValueError, TypeError, KeyError):
     return None
   b, p = model.batch // mesh["batch"], mesh["model"]
+  options = [(strategy, False) for strategy in planner.STRATEGIES]
+  if recompute:
+    options.append(("heads_parallel", True))
   totals = []
-  for strategy in planner.STRATEGIES:
+  for strategy, recomputed in options:
     if all(planner.applies(strategy, att, b, n, p)
            for _, att, n, _ in planner.attentions(model)):
       try:
-        totals.append(memory.predict(model, mesh_shape, impl, strategy,
-                                     dropout=dropout, layout=layout)["total"])
+        totals.append(memory.predict(
+            model, mesh_shape, impl, strategy, recompute=recomputed,
+            dropout=dropout, layout=layout)["total"])
       except ValueError:
         continue
   if not totals:

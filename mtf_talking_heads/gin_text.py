@@ -140,6 +140,10 @@ class GinConfig(object):
       return default
     return _resolve(self._bindings[key], self._macros)
 
+  def binding_keys(self):
+    """Every 'scope/configurable.arg' bound, in no particular order."""
+    return list(self._bindings)
+
   def __contains__(self, name):
     return name in self._macros
 

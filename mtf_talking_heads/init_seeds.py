@@ -19,12 +19,11 @@ seedable initializer (tf.compat.v1 random initializers have a ``seed``
 attribute) the op seed variable_seed(<full variable name>) when it has none.
 TF combines it with the graph seed (the run's seed, mtf_th.train_model.seed),
 so the initial value of a variable is a function of (seed, name, shape,
-initializer) only: the same on every mesh, layout and strategy, for every
-variable mtf or this package creates with an initializer.  Not covered: a
+initializer) only: the same on every mesh, layout and strategy.  A floating
 variable created with initializer=None (mtf's relative_attention_bias),
-which TF fills with its default glorot_uniform op, unseeded; it stays the
-same on every mesh because every strategy creates it at the same point
-(tests/test_init_seeds.py shows both).
+which TF would fill with its default glorot_uniform op, unseeded (and so
+follow the op counter), gets that same glorot_uniform distribution with the
+op seed variable_seed(name) (tests/test_init_seeds.py shows both).
 
 Example:
   with tf.Graph().as_default():
@@ -52,14 +51,20 @@ def variable_seed(name):
   return zlib.crc32(name.encode("utf-8")) % (2 ** 31 - 1) + 1
 
 
-def seeded_initializer(initializer, name):
+def seeded_initializer(initializer, name, dtype=tf.float32):
   """A copy of `initializer` whose op seed is variable_seed(name).
 
   Initializers without a ``seed`` attribute (zeros, ones, constants) draw
   nothing at random and are returned as they are; so is one that already
-  has a seed.
+  has a seed.  None (TF's default) of a floating `dtype` becomes TF's
+  default for it, glorot_uniform, with that seed; of another dtype (TF's
+  default: zeros) it stays None.
   """
-  if initializer is None or getattr(initializer, "seed", 0) is not None:
+  if initializer is None:
+    if tf.as_dtype(dtype or tf.float32).is_floating:
+      return tf.glorot_uniform_initializer(seed=variable_seed(name))
+    return None
+  if getattr(initializer, "seed", 0) is not None:
     return initializer
   seeded = copy.copy(initializer)
   seeded.seed = variable_seed(name)
@@ -68,7 +73,8 @@ def seeded_initializer(initializer, name):
 
 def _seeded_getter(getter, name, *args, **kwargs):
   """Variable-scope custom getter: seeds the initializer from the name."""
-  kwargs["initializer"] = seeded_initializer(kwargs.get("initializer"), name)
+  kwargs["initializer"] = seeded_initializer(kwargs.get("initializer"), name,
+                                             kwargs.get("dtype"))
   return getter(name, *args, **kwargs)
 
 

@@ -202,11 +202,12 @@ class LambOptimizer(_ClipsGlobalNorm, optimize.Optimizer):
     grad = mtf.to_float(grad)
     m, v, next_m, next_v = _adam_moments(self, grad, var)
     update = next_m / (mtf.sqrt(next_v) + self.epsilon)
+    weights = mtf.to_float(var.value)  # bfloat16 activations (TPU)
     if self.uses_weight_decay(var.name):
-      update += self.weight_decay_rate * var.value
+      update += self.weight_decay_rate * weights
     step = self.learning_rate * update
     if self.uses_layer_adaptation(var.name):
-      step *= trust_ratio(var.value, update)
+      step *= trust_ratio(weights, update)
     return [mtf.assign_sub(var, step), mtf.assign(m, next_m),
             mtf.assign(v, next_v)]
 
@@ -216,7 +217,7 @@ class BertAdamOptimizer(_ClipsGlobalNorm, optimize.AdamWeightDecayOptimizer):
   """BERT's optimizer: mtf's AdamWeightDecayOptimizer with BERT's settings.
 
   mtf's class is BERT's AdamW transcribed (no bias correction, decoupled
-  weight decay); this subclass only adds BERT's defaults (weight decay
+  weight decay); this subclass adds BERT's defaults (weight decay
   0.01, beta_1 0.9, beta_2 0.999, epsilon 1e-6, no decay for norms and
   biases) and BERT's clipping of all gradients to a global norm of 1.0.
 
@@ -241,6 +242,21 @@ class BertAdamOptimizer(_ClipsGlobalNorm, optimize.AdamWeightDecayOptimizer):
                      exclude_from_weight_decay=list(
                          exclude_from_weight_decay or ()))
     self.clip_norm = clip_norm
+
+  def apply_grad(self, grad, var):
+    """mtf's update, with the weight decay read from the float32 value of
+    the variable: mtf's own adds its activation-dtype value to the float32
+    update, which fails with bfloat16 activations ("Dtypes must be
+    equal", mesh-tensorflow 0.1.21), as on a TPU."""
+    if grad is None:
+      tf.logging.warning("Gradient is None for variable %s", var.name)
+      return []
+    m, v, next_m, next_v = _adam_moments(self, mtf.to_float(grad), var)
+    update = next_m / (mtf.sqrt(next_v) + self.epsilon)
+    if self._do_use_weight_decay(var.name):
+      update += self.weight_decay_rate * mtf.to_float(var.value)
+    return [mtf.assign_sub(var, self.learning_rate * update),
+            mtf.assign(m, next_m), mtf.assign(v, next_v)]
 
 
 def check_schedule(learning_rate, warmup_steps, total_train_steps=None):

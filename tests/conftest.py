@@ -14,14 +14,22 @@ import os
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from mtf_talking_heads import compat  # noqa: E402  (fixes mtf imports)
-
-NUM_DEVICES = 8
-compat.split_cpu(NUM_DEVICES)
-
-
 import gin  # noqa: E402
 import pytest  # noqa: E402
+
+NUM_DEVICES = 8
+
+
+def pytest_configure(config):
+  """Splits the CPU (before any test module, which may import TensorFlow,
+  is collected) in every process that runs tests: not in pytest-xdist's
+  controller, which only hands out files (it would load TensorFlow and the
+  package for nothing)."""
+  if (getattr(config, "workerinput", None) is None
+      and config.getoption("numprocesses", None)):
+    return
+  from mtf_talking_heads import compat  # pylint: disable=g-import-not-at-top
+  compat.split_cpu(NUM_DEVICES)
 
 # The longest files of the suite, longest first (measured on 2 cores; a
 # file not listed runs after these, in its usual order).  A stale order

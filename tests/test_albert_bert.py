@@ -5,8 +5,9 @@
   on the registered th_mlm_sop / th_sop tasks over the embedded corpus;
 * the gin files bind ALBERT's and BERT's optimizer, schedule, batch and
   sizes (docs/training.md lists each against its source);
-* a tiny ALBERT trains with MLM + SOP under LAMB and its SOP accuracy and
-  loss are computed (sop_eval) before and after training;
+* a tiny ALBERT with talking heads (tab:albert row 6) trains with MLM +
+  SOP under LAMB, its SOP accuracy and loss are computed (sop_eval) before
+  and after training, and its 4 blocks share one block's variables;
 * BERT's 768-heads row passes the pre-flight on model:8 with
   layouts/talking_heads_batch_split.gin, and BatchSplit accepts the layout.
 """
@@ -207,13 +208,15 @@ def test_tiny_files_keep_the_optimizers():
 
 @pytest.fixture(scope="module")
 def albert_run(tmp_path_factory):
-  """A tiny ALBERT: 30 steps of MLM + SOP under LAMB, checkpoints 0 and 30."""
+  """A tiny talking-heads ALBERT (4 heads of 16): 30 steps of MLM + SOP
+  under LAMB, checkpoints 0 and 30."""
   model_dir = str(tmp_path_factory.mktemp("albert") / "model")
-  params = ["heads = 4", "d_k = 16", "save_checkpoints_steps = 30",
-            "learning_rate = 0.01", "warmup_steps = 10"]
-  rows = training.train(model_dir, ["models/albert_base.gin",
-                                    "models/albert_tiny.gin"], params,
-                        train_steps=30)
+  params = ["heads_k = 4", "heads = 4", "heads_v = 4", "d_k = 16", "d_v = 16",
+            "save_checkpoints_steps = 30", "learning_rate = 0.01",
+            "warmup_steps = 10"]
+  rows = training.train(model_dir, [
+      "experiments/albert_heads/06_talking_heads_12_64.gin",
+      "models/albert_tiny.gin"], params, train_steps=30)
   scores = sop_eval.evaluate_sop(model_dir, checkpoint_steps="all",
                                  max_examples=64)
   return model_dir, rows, scores
@@ -238,6 +241,34 @@ def test_albert_trains_with_lamb_and_sop_accuracy_is_computed(albert_run):
   # is chance between them) and the argmax is one of them
   assert after["sop_loss"] < 1.5, after
   assert 0.3 <= after["sop_accuracy"] <= 1.0, after
+
+
+def test_albert_blocks_share_one_set_of_variables(albert_run):
+  variables = {n: s for n, s in tf.train.list_variables(
+      tf.train.latest_checkpoint(albert_run[0]))
+               if "/adam_" not in n and not n.startswith("global_step")}
+  layer = {n: s for n, s in variables.items()
+           if "/shared_attention/" in n or "/shared_feed_forward/" in n}
+  # one layer's variables although the stack has 4 blocks
+  suffixes = sorted(n.split("/shared_")[1] for n in layer)
+  assert suffixes == sorted([
+      "attention/TalkingHeadsAttention/p_k",
+      "attention/TalkingHeadsAttention/p_l",
+      "attention/TalkingHeadsAttention/p_o",
+      "attention/TalkingHeadsAttention/p_q",
+      "attention/TalkingHeadsAttention/p_v",
+      "attention/TalkingHeadsAttention/p_w",
+      "attention/rms_norm/scale",
+      "feed_forward/DenseReluDense/wi/kernel",
+      "feed_forward/DenseReluDense/wo/kernel",
+      "feed_forward/rms_norm/scale"]), suffixes
+  d, ff, h = 64, 256, 4
+  one_layer = (4 * d * h * 16 + 2 * h * h) + 2 * d * ff + 2 * d
+  assert sum(int(np.prod(s)) for s in layer.values()) == one_layer
+  assert not any("block_00" in n or "layer_00" in n for n in variables)
+  # embedding size = d_model (paper 7.2): vocab x 64, and positions x 64
+  embedding = {n: s for n, s in variables.items() if "embedding" in n}
+  assert sorted(map(tuple, embedding.values())) == [(64, 64), (8192, 64)]
 
 
 def test_evaluate_sop_refuses_a_model_without_sop(tmp_path):

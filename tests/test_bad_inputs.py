@@ -178,6 +178,16 @@ CASES = {
     "eval_model_dir_missing": (
         ["eval", "--model_dir", "{base}/no_such_run"], {}, 2,
         ["--model_dir", "does not exist"], True, False),
+    "train_mixture_name_typo": (
+        ["train", "--model_dir", "{base}/new_run", "--gin_param",
+         "MIXTURE_NAME = 'th_span_corruption_byte'"] + T5, {}, 2,
+        ["MIXTURE_NAME 'th_span_corruption_byte'",
+         "did you mean th_span_corruption_bytes"], True, False),
+    "finetune_mixture_name_unknown": (
+        ["finetune", "--model_dir", "{base}/ft", "--pretrained_model_dir",
+         "{model_dir}", "--gin_param", "MIXTURE_NAME = 'my_glue'"] + T5, {},
+        2, ["MIXTURE_NAME 'my_glue'", "not a registered task",
+            "--module_import"], True, False),
     "comm_unknown_strategy": (
         ["comm", "--variant", "talking_heads", "--heads", "4", "--d_k", "4",
          "--d_v", "4", "--d_model", "16", "--length", "8", "--batch", "4",
@@ -595,3 +605,19 @@ def test_ctrl_c_in_demo_is_one_line_and_130(tmp_path):
   assert last.startswith("mtf_th demo: interrupted; 0 of 2 runs finished")
   assert last.endswith("resume with: mtf_th " + " ".join(argv))
   _assert_nothing_half_written(out_dir, model_dir, mid_run=False)
+
+
+def test_every_shipped_gin_files_mixture_name_passes(tmp_path):
+  """prechecks.mixture refuses no MIXTURE_NAME the shipped gin files set
+  (each file alone, as a run's last --gin_file sees it)."""
+  gin_dir = os.path.join(_cli_util.REPO, "gin")
+  names = sorted(os.path.relpath(p, gin_dir) for p in glob.glob(
+      os.path.join(gin_dir, "**", "*.gin"), recursive=True))
+  assert len(names) > 50
+  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
+  mixtures = set()
+  for name in names:
+    prechecks.mixture(str(tmp_path), [name], [])
+    mixtures.add(gin_text.GinConfig([name], (), gin_dir).get("MIXTURE_NAME"))
+  assert {"th_lm_bytes", "th_span_corruption_bytes", "th_mlm_sop",
+          "th_finetune_embedded"} <= mixtures  # the files were read

@@ -1,18 +1,18 @@
 """Bad configurations fail fast with a message that names the fix.
 
-Every case runs training.train() in one subprocess (8 logical CPU devices,
-like the test session) and must raise ConfigError before any graph exists:
+Every case runs training.train() in this process (the test session's 8
+logical CPU devices) and must raise ConfigError before any graph exists:
 the model directory is never created.  Two cases go through the real
 `mtf_th` command line (exit status 2, one message on stderr).
 """
-import json
 import os
 import subprocess
 import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from mtf_talking_heads import training
+
 MTF_TH = os.path.join(os.path.dirname(sys.executable), "mtf_th")
 T5 = ["experiments/t5_heads/07_talking_heads_24_32.gin", "models/t5_tiny.gin"]
 BERT = ["experiments/bert_heads/01_multi_head_12_64.gin", "models/bert_tiny.gin"]
@@ -66,49 +66,35 @@ CASES = {
     "train_steps_zero": (T5, [], ["--train_steps", "positive"]),
 }
 
-_SCRIPT = r"""
-import json, os, sys
-from mtf_talking_heads import compat
-compat.split_cpu(8)
-from mtf_talking_heads import training
-cases = json.loads(sys.argv[1])
-out = {}
-for name, (files, params) in cases.items():
-  model_dir = os.path.join(sys.argv[2], name)
-  steps = 0 if name == "train_steps_zero" else 3
-  try:
-    training.train(model_dir, files, params, train_steps=steps)
-    out[name] = {"error": None}
-  except training.ConfigError as e:
-    out[name] = {"error": str(e), "model_dir_exists": os.path.exists(model_dir)}
-  except Exception as e:
-    out[name] = {"error": "UNEXPECTED %s: %s" % (type(e).__name__, e)}
-# Layouts that must pass the pre-flight checks (nothing is trained).
-for name, (files, params) in json.loads(sys.argv[3]).items():
-  try:
-    training.parse_gin(files, params)
-    training.preflight()
-    out[name] = {"error": None}
-  except Exception as e:
-    out[name] = {"error": "%s: %s" % (type(e).__name__, e)}
-print("JSON" + json.dumps(out))
-"""
-
-
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
+  """{case: {"error": the ConfigError's text or None, "model_dir_exists"}}
+  for CASES (training.train) and ACCEPTED (the pre-flight only)."""
   tmp = tmp_path_factory.mktemp("errors")
   empty = tmp / "empty.txt"
   empty.write_text("")
-  cases = {name: (files, [p.replace("{empty}", str(empty)) for p in params])
-           for name, (files, params, _) in CASES.items()}
-  proc = subprocess.run(
-      [sys.executable, "-c", _SCRIPT, json.dumps(cases), str(tmp / "runs"),
-       json.dumps(ACCEPTED)],
-      cwd=REPO, capture_output=True, text=True, timeout=900)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  line = [l for l in proc.stdout.splitlines() if l.startswith("JSON")][-1]
-  return json.loads(line[4:])
+  out = {}
+  for name, (files, params, _) in CASES.items():
+    model_dir = str(tmp / "runs" / name)
+    params = [p.replace("{empty}", str(empty)) for p in params]
+    steps = 0 if name == "train_steps_zero" else 3
+    try:
+      training.train(model_dir, files, params, train_steps=steps)
+      out[name] = {"error": None}
+    except training.ConfigError as e:
+      out[name] = {"error": str(e),
+                   "model_dir_exists": os.path.exists(model_dir)}
+    except Exception as e:  # pylint: disable=broad-except
+      out[name] = {"error": "UNEXPECTED %s: %s" % (type(e).__name__, e)}
+  # layouts that must pass the pre-flight checks (nothing is trained)
+  for name, (files, params) in ACCEPTED.items():
+    try:
+      training.parse_gin(files, params)
+      training.preflight()
+      out[name] = {"error": None}
+    except Exception as e:  # pylint: disable=broad-except
+      out[name] = {"error": "%s: %s" % (type(e).__name__, e)}
+  return out
 
 
 # name -> (gin files, gin params) that the checks must accept

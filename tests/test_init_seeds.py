@@ -9,12 +9,9 @@ model function) and compares the initial values of every master variable
 (what checkpoint 0 saves) across meshes.  No lowering: the masters and their
 initializers exist before it, and lowering only adds per-device slices that
 are copied from the masters.  The slow test checks checkpoint 0 of two real
-`mtf_th train` runs.
+training runs (training.train, what `mtf_th train` runs, in this process).
 """
 import contextlib
-import os
-import subprocess
-import sys
 
 import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 import mesh_tensorflow as mtf
@@ -23,10 +20,10 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import init_seeds
+from mtf_talking_heads import training
 from mtf_talking_heads.training import model_size
 from mtf_talking_heads.training import settings as settings_lib
 
-MTF_TH = os.path.join(os.path.dirname(sys.executable), "mtf_th")
 MESHES = ["model:1", "model:2", "model:4", "model:8", "batch:2,model:4"]
 # (attention file, extra macros): every attention class of layers.py
 VARIANTS = [
@@ -80,6 +77,8 @@ def _differing(a, b):
 def test_initial_weights_do_not_depend_on_the_mesh(attention, extra):
   base = initial_values(attention, extra, MESHES[0])
   assert any("layer_000" in k for k in base)
+  # T5's relative-position biases (initializer=None) are compared too
+  assert any(k.endswith("/relative_attention_bias") for k in base)
   for mesh_shape in MESHES[1:]:
     other = initial_values(attention, extra, mesh_shape)
     assert _differing(base, other) == [], mesh_shape
@@ -90,19 +89,24 @@ def test_without_name_seeds_creation_order_changes_the_weights():
   created before the model's variables (as a strategy that builds its ops in
   another order does: until 2026-11-27 GatheredBatchSplit, which Auto picked
   on model:4, created the relative bias first) changes the weights drawn
-  after it.  Seeded by variable name, every variable with an initializer of
-  its own keeps its value; the relative-position biases, which mtf creates
-  with TF's default initializer (no initializer object to seed), still
-  follow the counter: the same on every mesh only because every strategy
-  now creates them at the same point (test above)."""
+  after it.  Seeded by variable name, every variable keeps its value, the
+  relative-position biases included (mtf creates them with initializer=None:
+  name_seeded_variables gives them TF's default glorot_uniform, seeded), and
+  the relative biases keep the distribution TF's default gives them."""
   args = ("talking_heads", [], "model:1")
   counted = initial_values(*args, name_seeded=False)
   shifted = initial_values(*args, name_seeded=False, op_first=True)
   assert len(_differing(counted, shifted)) >= len(counted) // 2
+  biases = [k for k in counted if k.endswith("/relative_attention_bias")]
+  assert biases and all(k in _differing(counted, shifted) for k in biases)
   named = initial_values(*args)
-  differ = _differing(named, initial_values(*args, op_first=True))
-  assert differ and all(k.endswith("/relative_attention_bias")
-                        for k in differ), differ
+  assert _differing(named, initial_values(*args, op_first=True)) == []
+  for k in biases:  # glorot_uniform: U(-l, l), l = sqrt(6 / (fan_in + fan_out))
+    limit = np.sqrt(6.0 / sum(named[k].shape))
+    assert np.abs(named[k]).max() <= limit
+    assert np.abs(counted[k]).max() <= limit
+    assert np.abs(named[k]).max() > 0.8 * limit
+    assert not np.array_equal(named[k], counted[k])
 
 
 def test_seed_and_name_decide():
@@ -113,37 +117,24 @@ def test_seed_and_name_decide():
   assert 0 < init_seeds.variable_seed("") < 2 ** 31
 
 
-def _train(model_dir, mesh_shape):
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-      [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))] +
-      os.environ.get("PYTHONPATH", "").split(os.pathsep)))
-  return subprocess.Popen(
-      [MTF_TH, "train",
-       "--model_dir", model_dir,
-       "--gin_file", "experiments/t5_heads/07_talking_heads_24_32.gin",
-       "--gin_file", "models/t5_tiny.gin",
-       "--gin_param", "mesh_shape = %r" % mesh_shape,
-       "--gin_param", "num_layers = 1", "--gin_param", "d_model = 32",
-       "--gin_param", "d_ff = 64", "--train_steps", "1"],
-      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
 @pytest.mark.slow
 def test_mtf_th_train_checkpoint_0_is_the_same_on_model_1_and_model_4(
     tmp_path):
   """Experiments/t5_heads/07 (24 heads): Auto runs heads_parallel on
   model:1 and batch_split_gathered on model:4."""
-  runs = {m: _train(str(tmp_path / m.replace(":", "")), m)
-          for m in ("model:1", "model:4")}
-  for m, proc in runs.items():
-    out, _ = proc.communicate(timeout=900)
-    assert proc.returncode == 0, out
-  readers = [tf.train.load_checkpoint(str(tmp_path / m.replace(":", "") /
-                                          "model.ckpt-0"))
-             for m in runs]
+  readers = []
+  for mesh_shape in ("model:1", "model:4"):
+    model_dir = str(tmp_path / mesh_shape.replace(":", ""))
+    training.train(model_dir, [
+        "experiments/t5_heads/07_talking_heads_24_32.gin",
+        "models/t5_tiny.gin"], ["mesh_shape = %r" % mesh_shape,
+                                "num_layers = 1", "d_model = 32",
+                                "d_ff = 64"], train_steps=1)
+    readers.append(tf.train.load_checkpoint(model_dir + "/model.ckpt-0"))
   names = sorted(readers[0].get_variable_to_shape_map())
   assert names == sorted(readers[1].get_variable_to_shape_map())
   assert any("TalkingHeadsAttention/p_q" in n for n in names)
+  assert any(n.endswith("/relative_attention_bias") for n in names)
   for name in names:
     np.testing.assert_array_equal(readers[0].get_tensor(name),
                                   readers[1].get_tensor(name), err_msg=name)

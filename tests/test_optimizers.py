@@ -81,8 +81,13 @@ def reference(kind, weights, grad_steps, learning_rates, weight_decay=0.01,
 # ------------------------------------------------------------------- mtf
 
 
-def run_mtf(optimizer_cls, mesh_shape, layout, autostack):
-  """Runs STEPS updates; returns {name: final weights} and the slot names."""
+def run_mtf(optimizer_cls, mesh_shape, layout, autostack,
+            activation_dtype=tf.float32):
+  """Runs STEPS updates; returns {name: final weights} and the slot names.
+
+  activation_dtype: the variables' activation dtype (bfloat16 as on a TPU:
+  float32 master weights, bfloat16 values and gradients).
+  """
   weights, grad_steps = _initial_weights(), _gradients()
   graph = tf.Graph()
   with graph.as_default():
@@ -93,11 +98,13 @@ def run_mtf(optimizer_cls, mesh_shape, layout, autostack):
     for name, shape in SHAPES.items():
       mtf_shape = mtf.Shape([mtf.Dimension(d, SIZES[d]) for d in DIMS[name]])
       var = mtf.get_variable(
-          mesh, name, mtf_shape, dtype=tf.float32,
+          mesh, name, mtf_shape, dtype=mtf.VariableDType(
+              tf.float32, tf.float32, activation_dtype),
           initializer=tf.constant_initializer(weights[name])).operation
       feeds[name] = tf.placeholder(tf.float32, shape)
       variables.append(var)
-      grads.append(mtf.import_tf_tensor(mesh, feeds[name], mtf_shape))
+      grads.append(mtf.import_tf_tensor(
+          mesh, tf.cast(feeds[name], activation_dtype), mtf_shape))
     update_ops = optimizer_cls(learning_rate=lr).apply_grads(grads, variables)
     # (before lowering: autostacking renames variables to stacked/...)
     slots = sorted(v.name for v in mtf_graph.all_variables
@@ -106,8 +113,8 @@ def run_mtf(optimizer_cls, mesh_shape, layout, autostack):
         mtf_graph, {mesh: harness.mesh_impl(mesh_shape, layout)},
         autostack=autostack)
     train_op = tf.group([lowering.lowered_operation(op) for op in update_ops])
-    read = {v.name: lowering.export_to_tf_tensor(v.outputs[0])
-            for v in variables}
+    read = {v.name: tf.cast(lowering.export_to_tf_tensor(v.outputs[0]),
+                            tf.float32) for v in variables}
     with tf.Session() as sess:
       sess.run(tf.global_variables_initializer())
       sess.run(lowering.copy_masters_to_slices())
@@ -138,6 +145,21 @@ def test_optimizer_matches_numpy(kind, name, mesh_shape, layout, autostack):
     np.testing.assert_allclose(got[key], want[key], rtol=2e-5, atol=2e-6,
                                err_msg=key)
   assert slots == sorted(k + s for k in SHAPES for s in ("/adam_m", "/adam_v"))
+
+
+@pytest.mark.parametrize("kind", ["lamb", "adamw"])
+def test_bfloat16_activations_as_on_a_tpu(kind):
+  """Weight decay reads the bfloat16 value of a float32 master weight
+  (mtf's AdamWeightDecayOptimizer added it to the float32 update:
+  "Dtypes must be equal"); the result is the float32 one to bfloat16's
+  precision."""
+  cls = {"lamb": optimizers.LambOptimizer,
+         "adamw": optimizers.BertAdamOptimizer}[kind]
+  got, _ = run_mtf(cls, "", "", False, activation_dtype=tf.bfloat16)
+  want = reference(kind, _initial_weights(), _gradients(), LEARNING_RATES)
+  for key in SHAPES:
+    np.testing.assert_allclose(got[key], want[key], rtol=1e-2, atol=2e-2,
+                               err_msg=key)
 
 
 def test_trust_ratio_and_clipping_change_the_update():

@@ -302,3 +302,19 @@ def test_plan_ranks_with_the_same_seconds_as_auto():
             128, 64, 64, 8, 4, hw, impl)[0]
         for sign, name in ((1, s), (-1, "heads_parallel")))
     assert rows["batch:1,model:4", s].step_s == pytest.approx(want)
+
+
+def test_pasting_a_recompute_rows_bindings_silences_the_fit_warning():
+  from mtf_talking_heads import fit_check  # pylint: disable=g-import-not-at-top
+  model = perf.model_from_gin([TH24])
+  cands = {(c.mesh_shape, c.recompute): c
+           for c in planner.plan(model, "tpu_v3", 8)
+           if c.strategy == "heads_parallel"}
+  for recompute in (False, True):
+    params = cands[("batch:8,model:1", recompute)].gin
+    line = fit_check.warning("launch/tpu.py", [TH24], params, "tpu_v3")
+    if recompute:  # the row fits: no warning
+      assert line is None, line
+    else:  # it does not, and no other strategy of this mesh fits either
+      assert line.startswith("launch/tpu.py: warning: predicted "), line
+      assert "mtf_th plan --gin_file %s --hardware tpu_v3" % TH24 in line

@@ -5,10 +5,11 @@
   console script asks the package for a light import).
 * Without --verbose, `mtf_th train` shows none of TF's three CUDA-plugin "E"
   lines (NOISE), setuptools' pkg_resources warning or mtf's per-step
-  tf.Print (checked on test_training.py's reference run, a 12-step `mtf_th
-  train`); with --verbose they are back, also when the --verbose is a
-  parent command's (`mtf_th demo --verbose` runs train and eval in child
-  processes).
+  tf.Print (checked on test_training.py's two `mtf_th train` processes: the
+  one killed with SIGKILL and its 12-step rerun); with --verbose they are
+  back, also when the --verbose is a parent command's (`mtf_th demo
+  --verbose` runs train and eval in child processes: one process per mode
+  checks both, as `mtf_th train` sets itself up).
 """
 import os
 import re
@@ -98,25 +99,51 @@ def test_sweep_dry_run_reports_a_row_that_fails_the_pre_flight(tmp_path):
   assert not (tmp_path / "out").exists()
 
 
-def test_verbose_keeps_what_compat_hides(tmp_path):
-  raw = subprocess.run([sys.executable, "-c", "import tensorflow"],
-                       capture_output=True, text=True, timeout=300)
-  # compat alone (the package would import mtf before set_verbose)
-  script = ("import sys, mtf_talking_heads_startup as s; "
-            "compat = s.load_compat(); "
-            "compat.set_verbose(sys.argv[1] == 'verbose'); "
-            "from mesh_tensorflow.transformer import utils; "
-            "print(type(utils.tf).__name__, utils.tf.Print(1, [2]))")
-  quiet, verbose = [subprocess.run(
-      [sys.executable, "-c", script, mode], capture_output=True, text=True,
-      timeout=300) for mode in ("quiet", "verbose")]
-  assert quiet.returncode == 0 and verbose.returncode == 0, quiet.stderr
+# What `mtf_th train` without --verbose sets up (train.setup_logging(False),
+# before TensorFlow is loaded), then what compat did to mtf's tf.Print and
+# TF's and absl's log levels; run with MTF_TH_VERBOSE=0 (quiet) and =1 (a
+# verbose parent command, e.g. `mtf_th demo --verbose`, set it).
+_MODE = r"""
+import os
+from mtf_talking_heads.commands import train
+train.setup_logging(False)
+from mesh_tensorflow.transformer import utils
+import tensorflow.compat.v1 as tf
+from absl import logging
+print("PRINT", type(utils.tf).__name__, utils.tf.Print(1, [2]))
+print("LEVELS", tf.logging.get_verbosity(), logging.get_verbosity(),
+      os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
+"""
+
+
+@pytest.fixture(scope="module")
+def modes():
+  """{"raw": `import tensorflow`, "quiet", "verbose": _MODE}: each a
+  CompletedProcess."""
+  env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+  out = {"raw": subprocess.run([sys.executable, "-c", "import tensorflow"],
+                               capture_output=True, text=True, timeout=300)}
+  for mode, value in (("quiet", "0"), ("verbose", "1")):
+    out[mode] = subprocess.run(
+        [sys.executable, "-c", _MODE], env=dict(env, MTF_TH_VERBOSE=value),
+        capture_output=True, text=True, timeout=300)
+    assert out[mode].returncode == 0, out[mode].stderr[-3000:]
+  return out
+
+
+def _line(proc, tag):
+  (line,) = [l for l in proc.stdout.splitlines() if l.startswith(tag + " ")]
+  return line.split()[1:]
+
+
+def test_verbose_keeps_what_compat_hides(modes):
+  quiet, verbose = modes["quiet"], modes["verbose"]
   # tf.Print passes its input through unless --verbose
-  assert quiet.stdout.split() == ["_TfWithoutPrint", "1"]
-  assert verbose.stdout.split()[0] != "_TfWithoutPrint"
+  assert _line(quiet, "PRINT") == ["_TfWithoutPrint", "1"]
+  assert _line(verbose, "PRINT")[0] != "_TfWithoutPrint"
   assert "pkg_resources is deprecated" in verbose.stderr
   assert "pkg_resources is deprecated" not in quiet.stderr
-  if NOISE[0] in raw.stderr:  # this TF build logs the CUDA-plugin lines
+  if NOISE[0] in modes["raw"].stderr:  # this TF build logs the CUDA lines
     assert NOISE[0] in verbose.stderr and NOISE[0] not in quiet.stderr
 
 
@@ -153,19 +180,9 @@ def test_demo_verbose_reaches_the_train_and_eval_runs(tmp_path, monkeypatch):
     assert verbose == expected and env is None  # children inherit os.environ
 
 
-_LOGGING = ("import os; from mtf_talking_heads.commands import train; "
-            "train.setup_logging(False); "
-            "import tensorflow.compat.v1 as tf; from absl import logging; "
-            "print(tf.logging.get_verbosity(), logging.get_verbosity(), "
-            "os.environ.get('TF_CPP_MIN_LOG_LEVEL'))")
-
-
-def test_train_without_verbose_is_verbose_under_a_verbose_parent():
-  env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-  quiet, verbose = [subprocess.run(
-      [sys.executable, "-c", _LOGGING], env=dict(env, MTF_TH_VERBOSE=value),
-      capture_output=True, text=True, timeout=300) for value in ("0", "1")]
-  assert quiet.returncode == 0 and verbose.returncode == 0, quiet.stderr
-  assert quiet.stdout.split()[-3:] == ["40", "-2", "2"]  # ERROR, ERROR
-  assert verbose.stdout.split()[-3:-1] == ["20", "0"]  # INFO, INFO
-  assert verbose.stdout.split()[-1] != "2"  # TF's C++ log not cut to errors
+def test_train_without_verbose_is_verbose_under_a_verbose_parent(modes):
+  quiet, verbose = _line(modes["quiet"], "LEVELS"), _line(modes["verbose"],
+                                                         "LEVELS")
+  assert quiet == ["40", "-2", "2"]  # ERROR, ERROR, TF's C++ log: errors
+  assert verbose[:2] == ["20", "0"]  # INFO, INFO
+  assert verbose[2] != "2"  # TF's C++ log not cut to errors

@@ -1,7 +1,7 @@
 """Training fails loudly, never loops, never loses anything, and keeps little.
 
 One subprocess (8 logical CPU devices) runs `mtf_th train` (commands.train
-.main, in-process) on a tiny 4-head T5, in order:
+.main, in-process) on a tiny 4-head T5 (one block per stack), in order:
 
   aborted   an op-like AbortedError at the first step (what TF's Estimator
             retried forever): exit 1, one message, no retry, no events file
@@ -70,7 +70,7 @@ common = ["--model_dir", model_dir,
           "--gin_file", "experiments/t5_heads/06_talking_heads_12_64.gin",
           "--gin_file", "models/t5_tiny.gin"]
 small = ["heads_k = 4", "heads = 4", "heads_v = 4", "d_k = 16", "d_v = 16",
-         "save_checkpoints_steps = 1"]
+         "num_layers = 1", "save_checkpoints_steps = 1"]
 params = lambda extra: sum((["--gin_param", p] for p in small + extra), [])
 keep = ["--keep_checkpoint_max", "2", "--keep_checkpoint_steps", "3"]
 

@@ -308,6 +308,27 @@ def task(name, gin_files=(), flag="--task", module_imports=()):
           else "this package registers %s" % ", ".join(sorted(ours))))
 
 
+def mixture(model_dir, gin_files, gin_params, module_imports=()):
+  """The gin macro MIXTURE_NAME of the run, checked like --task (task()).
+
+  Reads the gin files (without them, the operative_config.gin that
+  --model_dir's model was trained with) and the bindings as text, without
+  TensorFlow; a file gin itself cannot read is left to the command.
+  """
+  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
+  files = list(gin_files)
+  operative = os.path.join(model_dir, "operative_config.gin")
+  if not files and os.path.isfile(operative):
+    files = [operative]
+  try:
+    name = gin_text.GinConfig(files, gin_params,
+                              gin_paths.gin_dir()).get("MIXTURE_NAME")
+  except (OSError, ValueError):
+    return
+  if isinstance(name, str):
+    task(name, files, "MIXTURE_NAME", module_imports)
+
+
 def _macros_by_file(path, gin_dir):
   """{macro: (value, the file that set it)} as gin reads `path`, includes
   followed (gin_text.GinConfig); value None where it refers to a macro

@@ -147,6 +147,8 @@ def check_common(args, writes=True, purpose=""):
                       purpose=purpose)
   if writes:
     prechecks.not_in_use(args.model_dir, "--model_dir")
+  prechecks.mixture(args.model_dir, args.gin_file, args.gin_param,
+                    args.module_import)
   prechecks.tpu(args.tpu, args.tpu_zone, args.gcp_project)
   if not args.tpu:
     prechecks.cache()
