@@ -6,7 +6,7 @@
 tiny talking-heads T5 two steps, evaluates its perplexity and decodes two
 lines (its file run three times in one Python, which imports TensorFlow and
 t5 once); `mtf_th train --module_import` imports the module before gin is
-read (in this process: the refusals come before any graph).
+read.
 """
 import json
 import os
@@ -16,10 +16,9 @@ import sys
 import pytest
 import tensorflow as tf
 
-from mtf_talking_heads import cli
-
 BIN = os.path.dirname(sys.executable)
 STOCK = os.path.join(BIN, "t5_mesh_transformer")
+MTF_TH = os.path.join(BIN, "mtf_th")
 FILES = ["experiments/t5_heads/06_talking_heads_12_64.gin",
          "models/t5_tiny.gin"]
 PARAMS = ["heads_k = 4", "heads = 4", "heads_v = 4", "d_k = 16", "d_v = 16",
@@ -111,30 +110,32 @@ def test_stock_script_trains_evaluates_and_decodes(tmp_path):
   assert len(decoded.read_text().splitlines()) == 2
 
 
-def test_mtf_th_module_import_runs_before_gin_is_parsed(tmp_path, capsys,
-                                                       monkeypatch):
-  """In this process (cli.main, what the console script calls): the
-  refusals come from the pre-flight, so no graph is built."""
+def test_mtf_th_module_import_runs_before_gin_is_parsed(tmp_path):
   # the module registers a gin configurable that the binding needs
-  name = "my_gin_ext_%d" % os.getpid()
-  (tmp_path / (name + ".py")).write_text(
+  module = tmp_path / "my_gin_ext.py"
+  module.write_text(
       "import gin\n"
       "@gin.configurable(module='my_ext')\n"
       "def scale(factor=1):\n"
       "  return factor\n")
-  monkeypatch.syspath_prepend(str(tmp_path))
-  monkeypatch.chdir(tmp_path)
+  env = dict(os.environ, PYTHONPATH=str(tmp_path))
   # mesh_shape is too big: the run stops at the pre-flight, after gin
-  base = ["train", "--model_dir", str(tmp_path / "m"),
+  base = [MTF_TH, "train", "--model_dir", str(tmp_path / "m"),
           "--train_steps", "1"] + _gin(["my_ext.scale.factor = 2",
                                         "mesh_shape = 'model:1000'"])
-  assert cli.main(base) == 2
-  assert "my_ext.scale" in capsys.readouterr().err
-  assert cli.main(base + ["--module_import", name]) == 2
-  err = capsys.readouterr().err
-  assert "my_ext.scale" not in err, err[-2000:]
-  assert "needs 1000 devices" in err, err[-2000:]
-  assert cli.main(base + ["--module_import", "no_such_module_x"]) == 2
-  err = capsys.readouterr().err
-  assert "--module_import" in err and "no_such_module_x" in err, err
+  without = subprocess.run(base, cwd=str(tmp_path), env=env,
+                           capture_output=True, text=True, timeout=600)
+  assert without.returncode == 2 and "my_ext.scale" in without.stderr
+  imported = subprocess.run(base + ["--module_import", "my_gin_ext"],
+                            cwd=str(tmp_path), env=env, capture_output=True,
+                            text=True, timeout=600)
+  assert imported.returncode == 2, imported.stderr[-2000:]
+  assert "my_ext.scale" not in imported.stderr
+  assert "needs 1000 devices" in imported.stderr
+  missing = subprocess.run(base + ["--module_import", "no_such_module_x"],
+                           cwd=str(tmp_path), env=env, capture_output=True,
+                           text=True, timeout=600)
+  assert missing.returncode == 2
+  assert "--module_import" in missing.stderr
+  assert "no_such_module_x" in missing.stderr
   assert not (tmp_path / "m").exists()
