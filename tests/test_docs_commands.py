@@ -43,15 +43,20 @@ How a command is checked (test_doc_command: in this process, no training)
     module's or script's own parser; with --dry_run (launch/tpu.py) run.
     .venv/bin/pytest FILE: the file exists.  launch/*.sh: executable.
 
-Run for real (slow tests, each in a subprocess, as written after
-SUBSTITUTIONS, in a fresh directory so that relative output paths such as
-runs/ and pictures/ land there): the quick start of docs/training.md
-(train -> eval --checkpoint_steps=all -> decode), `mtf_th visualize` on the
-model it trained, `mtf_th comm` (its table must equal the doc's), the
-vocabulary builder and every `python -c`.  Programs are taken from this
-interpreter's bin directory (`.venv/bin/` under `make test`).
+Run for real (slow tests, as written after SUBSTITUTIONS, in a fresh
+directory so that relative output paths such as runs/ and pictures/ land
+there): the quick start of docs/training.md (train -> eval
+--checkpoint_steps=all -> decode) and then `mtf_th visualize` on the model
+it trained, the four one after another in one subprocess (_run_batch: each
+as its console script runs it, with its own stdout and stderr); `mtf_th
+comm` in a subprocess (its table must equal the doc's; in this process the
+configs parsed by the checks above would change its graphs); the
+vocabulary builder's main() in this process; every `python -c` in a
+subprocess.  Programs are taken from this interpreter's bin directory
+(`.venv/bin/` under `make test`).
 """
 import argparse
+import collections
 import csv
 import dataclasses
 import glob
@@ -642,6 +647,68 @@ def _run(cmd, cwd, timeout=900):
   return proc
 
 
+# `mtf_th` commands run one after another in one Python, each as the
+# console script runs it (its argv, its working directory), each one's
+# stdout and stderr (file descriptors 1 and 2: TensorFlow's C++ lines too)
+# in files of its own; "status N" on stdout after each; stops at the first
+# failure.  TensorFlow and t5 are imported once for all of them.
+_BATCH = r"""
+import json, os, sys
+from mtf_talking_heads_startup import mtf_th
+for argv, cwd, out, err in json.loads(sys.argv[1]):
+  os.chdir(cwd)
+  saved = os.dup(1), os.dup(2)
+  with open(out, "w") as o, open(err, "w") as e:
+    os.dup2(o.fileno(), 1)
+    os.dup2(e.fileno(), 2)
+    sys.argv = argv
+    try:
+      code = mtf_th()
+    except SystemExit as x:
+      code = x.code if isinstance(x.code, int) or x.code is None else 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(saved[0], 1)
+    os.dup2(saved[1], 2)
+  print("status %d" % (code or 0), flush=True)
+  if code:
+    sys.exit(code)
+"""
+
+Output = collections.namedtuple("Output", ["stdout", "stderr"])
+
+
+def _run_batch(cmds, cwd, timeout=1800):
+  """[Output of each cmd] of `mtf_th` doc commands run (as _run would,
+  after SUBSTITUTIONS) one after another in one process in `cwd`."""
+  jobs = []
+  for i, cmd in enumerate(cmds):
+    argv = _substituted(cmd)
+    assert os.path.basename(argv[0]) == "mtf_th", cmd
+    jobs.append((["mtf_th"] + argv[1:], cwd,
+                 os.path.join(cwd, ".out%d" % i),
+                 os.path.join(cwd, ".err%d" % i)))
+  proc = subprocess.run([sys.executable, "-c", _BATCH, json.dumps(jobs)],
+                        cwd=cwd, capture_output=True, text=True,
+                        timeout=timeout)
+  outputs = []
+  for cmd, (argv, _, out, err) in zip(cmds, jobs):
+    if not os.path.exists(err):
+      break
+    with open(out) as o, open(err) as e:
+      outputs.append(Output(o.read(), e.read()))
+  statuses = [int(l.split()[1]) for l in proc.stdout.splitlines()
+              if l.startswith("status ")]
+  for cmd, (argv, _, _, _), output, status in zip(cmds, jobs, outputs,
+                                                  statuses + [None]):
+    assert status == 0, "%s\n  ran as %s\n  status %s:\n%s%s" % (
+        cmd, argv, status, output.stderr[-3000:], proc.stderr[-3000:])
+  assert proc.returncode == 0 and len(statuses) == len(cmds), proc.stderr
+  for path in [p for job in jobs for p in job[2:]]:
+    os.remove(path)
+  return outputs
+
+
 def _first(predicate, what):
   for cmd in COMMANDS:
     if not cmd.inline and predicate(cmd):
@@ -655,13 +722,17 @@ def _is(cmd, sub):
 
 @pytest.fixture(scope="module")
 def quick_start(tmp_path_factory):
-  """docs/training.md's quick start, run in a fresh directory."""
+  """docs/training.md's quick start, run in a fresh directory, then the
+  docs' `mtf_th visualize` on the model it trained (one process for the
+  four commands)."""
   cwd = str(tmp_path_factory.mktemp("quick_start"))
   block = [c for c in COMMANDS if c.path == "docs/training.md" and
            c.heading == "Quick start" and not c.inline and
            _program(c.argv[0]) == "mtf_th"]
   assert [c.argv[1] for c in block] == ["train", "eval", "decode"], block
-  procs = {c.argv[1]: _run(c, cwd) for c in block}
+  visualize = _first(lambda c: _is(c, "visualize"), "mtf_th visualize")
+  cmds = block + [visualize]
+  procs = {c.argv[1]: out for c, out in zip(cmds, _run_batch(cmds, cwd))}
   return cwd, block, procs
 
 
@@ -691,14 +762,15 @@ def test_quick_start_trains_evaluates_and_decodes(quick_start):
   source, decoded = line.split("\t")
   assert source == given and decoded.strip(), line
   for name, proc in procs.items():  # README: no TensorFlow start-up noise
+    # (TensorFlow is imported by the first, train)
     assert "WARNING:tensorflow" not in proc.stderr, (name, proc.stderr)
 
 
 @pytest.mark.slow
 def test_visualize_on_the_quick_start_model(quick_start):
-  cwd = quick_start[0]
+  cwd, _, procs = quick_start
   cmd = _first(lambda c: _is(c, "visualize"), "mtf_th visualize")
-  proc = _run(cmd, cwd)
+  proc = procs["visualize"]
   output_dir = _values(_substituted(cmd), "--output_dir")[0]
   with open(os.path.join(cwd, output_dir, "projections.csv")) as f:
     rows = list(csv.DictReader(f))
@@ -723,19 +795,26 @@ def test_comm_prints_the_docs_table(tmp_path):
 
 
 @pytest.mark.slow
-def test_vocabulary_builder(tmp_path):
+def test_vocabulary_builder(tmp_path, capfd, monkeypatch):
+  """Runs the module's main() in this process (what `python -m` runs)."""
   cmd = _first(lambda c: c.argv[:3] == ["python", "-m",
                                         "mtf_talking_heads.data.vocab"],
                "python -m mtf_talking_heads.data.vocab")
   from mtf_talking_heads.data import corpus  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.data import vocab  # pylint: disable=g-import-not-at-top
   inputs = [t for t in cmd.argv[3:] if t.endswith(".txt")]
   with open(corpus.default_corpus_paths()["train"], encoding="utf-8") as f:
-    text = [next(f) for _ in range(3000)]
+    text = [next(f) for _ in range(1000)]
   for name in inputs:
     with open(os.path.join(tmp_path, name), "w", encoding="utf-8") as f:
       f.writelines(text)
-  proc = _run(cmd, str(tmp_path))
-  assert "(300 pieces" in proc.stdout, proc.stdout
+  argv = _substituted(cmd)
+  assert argv[1:3] == ["-m", "mtf_talking_heads.data.vocab"], argv
+  monkeypatch.chdir(tmp_path)
+  capfd.readouterr()
+  assert vocab.main(argv[3:]) == 0, cmd
+  out = capfd.readouterr().out
+  assert "(300 pieces" in out, out
   assert os.path.getsize(os.path.join(tmp_path, cmd.argv[-1])) > 1000
 
 

@@ -61,7 +61,23 @@ def installed_wheel(tmp_path_factory):
   return wheel, site
 
 
-def test_a_wheel_carries_the_gin_files(installed_wheel, tmp_path):
+@pytest.fixture(scope="module")
+def wheel_imports(installed_wheel, tmp_path_factory):
+  """What a fresh Python with only the installed wheel on its path prints
+  for models.gin_dir(), sweep.__file__ and training.__file__ (one process:
+  the package imports TensorFlow)."""
+  _, site = installed_wheel
+  return subprocess.run(
+      [sys.executable, "-c",
+       "from mtf_talking_heads import models, sweep, training; "
+       "print(models.gin_dir()); print(sweep.__file__); "
+       "print(training.__file__)"],
+      cwd=str(tmp_path_factory.mktemp("elsewhere")),
+      env=dict(os.environ, PYTHONPATH=str(site)),
+      capture_output=True, text=True, timeout=300)
+
+
+def test_a_wheel_carries_the_gin_files(installed_wheel, wheel_imports):
   """pip install . (not -e) still finds gin/ (as mtf_talking_heads/gin)."""
   wheel, site = installed_wheel
   with zipfile.ZipFile(wheel) as z:
@@ -71,17 +87,13 @@ def test_a_wheel_carries_the_gin_files(installed_wheel, tmp_path):
   in_repo = {str(p.relative_to(REPO / "gin")) for p in
              (REPO / "gin").rglob("*.gin")}
   assert shipped == in_repo
-  found = subprocess.run(
-      [sys.executable, "-c",
-       "from mtf_talking_heads import models; print(models.gin_dir())"],
-      cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=str(site)),
-      capture_output=True, text=True, timeout=300)
-  assert found.stdout.strip().splitlines()[-1] == str(
+  found = wheel_imports
+  assert found.stdout.strip().splitlines()[-3] == str(
       site / "mtf_talking_heads" / "gin"), found.stderr[-2000:]
 
 
 def test_a_wheel_carries_every_module_and_subpackage(installed_wheel,
-                                                     tmp_path):
+                                                     wheel_imports):
   """Every .py file of mtf_talking_heads/ (sweep/, training/, ...) ships, and
   the installed wheel imports sweep and training as packages."""
   wheel, site = installed_wheel
@@ -92,12 +104,7 @@ def test_a_wheel_carries_every_module_and_subpackage(installed_wheel,
   assert in_repo - shipped == set()
   assert {"mtf_talking_heads/sweep/__init__.py",
           "mtf_talking_heads/training/__init__.py"} <= shipped
-  found = subprocess.run(
-      [sys.executable, "-c",
-       "from mtf_talking_heads import sweep, training; "
-       "print(sweep.__file__); print(training.__file__)"],
-      cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=str(site)),
-      capture_output=True, text=True, timeout=300)
+  found = wheel_imports
   assert found.returncode == 0, found.stderr[-2000:]
   assert found.stdout.splitlines()[-2:] == [
       str(site / "mtf_talking_heads" / "sweep" / "__init__.py"),

@@ -217,52 +217,64 @@ def test_equal_time_survives_rounding_and_missing_step_times(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("table,rows", [("encdec_heads", "1,5")])
-def test_small_models_train_and_evaluate(tmp_path, table, rows):
-  """The encoder-decoder with multi-head and talking-heads attention trains
-  4 steps at tiny scale and its held-out ln(PPL) falls from the initial one
-  (the decoder-only LM does the same in the demo test below)."""
-  from mtf_talking_heads.commands import evaluate  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.commands import train  # pylint: disable=g-import-not-at-top
-  for row in sweep.select_rows(sweep.paper_table_rows(table), rows):
-    gin_files = list(row.gin_files) + list(sweep.scale_files(row, "tiny"))
-    model_dir = str(tmp_path / row.name)
-    flags = ["--model_dir", model_dir]
-    for f in gin_files:
-      flags += ["--gin_file", f]
-    assert train.main(flags) == 0
-    assert evaluate.main(flags + ["--checkpoint_steps", "0,4"]) == 0
-    curve = {}
-    with open(os.path.join(model_dir, "eval_results.csv")) as f:
-      for r in csv.DictReader(f):
-        curve[int(r["step"])] = float(r["ln_ppl"])
-    assert sorted(curve) == [0, 4]
-    assert curve[0] > curve[4] > 0, (row.name, curve)
-    with open(os.path.join(model_dir, "train_log.csv")) as f:
-      losses = [float(r["loss"]) for r in csv.DictReader(f)]
-    assert len(losses) == 4 and all(math.isfinite(v) for v in losses)
-
-
-@pytest.mark.slow
 def test_demo_end_to_end_at_tiny_scale(tmp_path, capsys):
+  """`mtf_th demo` trains the multi-head and talking-heads LM rows for real
+  (a two-row sweep: one `mtf_th train` and one `mtf_th eval` process per
+  row), and the sweep's records, tables, plots and progress lines are
+  filled from what those processes wrote.  The real runs of the suite's
+  other models: the encoder-decoder's multi-head row in
+  test_finetune_chain.py (its pre-training, through `mtf_th sweep`), its
+  talking-heads layers in test_span_heads.py, one step of every attention
+  class in test_experiments_train.py."""
   from mtf_talking_heads.commands import demo  # pylint: disable=g-import-not-at-top
   out = str(tmp_path / "demo")
-  status = demo.main(["--output_dir", out, "--scale", "tiny", "--heads", "4",
-                      "--train_steps", "4", "--eval_every", "2"])
+  argv = ["--output_dir", out, "--scale", "tiny", "--heads", "4",
+          "--train_steps", "4", "--eval_every", "2"]
+  status = demo.main(argv)
   assert status == 0
-  text = capsys.readouterr().out
+  captured = capsys.readouterr()
+  text = captured.out
   assert "held-out ln(PPL) after 4 steps" in text
   assert "| multi-head | 4 | 32 |" in text and "| talking-heads | 4 | 32 |" in text
   assert "at equal steps" in text and "at equal time" in text
-  with open(os.path.join(out, "runs", "01_multi_head_4_32", "seed_1",
-                         "eval_results.csv")) as f:
-    curve = [float(r["ln_ppl"]) for r in csv.DictReader(f)]
-  assert len(curve) == 2 and curve[0] > curve[1] > 0  # the LM learns
+  for row in ("01_multi_head_4_32", "05_talking_heads_4_32"):
+    run = os.path.join(out, "runs", row, "seed_1")
+    with open(os.path.join(run, "eval_results.csv")) as f:
+      curve = {int(r["step"]): float(r["ln_ppl"]) for r in csv.DictReader(f)}
+    assert sorted(curve) == [2, 4], (row, curve)
+    assert curve[2] > curve[4] > 0, (row, curve)  # the LM learns
+    with open(os.path.join(run, "train_log.csv")) as f:
+      losses = [float(r["loss"]) for r in csv.DictReader(f)]
+    assert len(losses) == 4 and all(math.isfinite(v) for v in losses), row
   for name in ("demo.md", "curves.png", "results.csv", "comparison.csv"):
     assert os.path.exists(os.path.join(out, name)), name
+  # the sweep's records of the two real runs (lm_tiny: d_model 128,
+  # length 32)
+  with open(os.path.join(out, "results.csv")) as f:
+    records = list(csv.DictReader(f))
+  assert [r["variant"] for r in records] == ["multi_head", "talking_heads"]
+  for r in records:
+    for key in ("early_ln_ppl", "final_ln_ppl", "step_time_sec", "wall_sec",
+                "cpu_sec"):
+      assert math.isfinite(float(r[key])) and float(r[key]) > 0, key
+    assert int(r["cost_length"]) == 32 and int(r["d_model"]) == 128
+    # ln(PPL) of a 4-step byte LM is near ln(259 bytes), far from 0
+    assert 2.0 < float(r["final_ln_ppl"]) < 12.0, r
+  with open(os.path.join(out, "results.md")) as f:
+    assert len([l for l in f.read().splitlines() if l.startswith("| ")
+                and not l.startswith("|  | h_k")]) == 2  # one line a row
+  for name in sweep.PLOTS:
+    with open(os.path.join(out, name), "rb") as f:
+      assert f.read(4) == b"\x89PNG", name
+  assert "[2/2]" in captured.err and "ETA" in captured.err
   # a second invocation resumes: nothing to train, same table
-  assert demo.main(["--output_dir", out, "--scale", "tiny", "--heads", "4",
-                    "--train_steps", "4", "--eval_every", "2"]) == 0
+  assert demo.main(argv) == 0
+  again = capsys.readouterr()
+  assert "2 runs, 2 already recorded" in again.err
+  assert "[1/2]" not in again.err
+  assert "| multi-head | 4 | 32 |" in again.out
+  with open(os.path.join(out, "results.csv")) as f:
+    assert len(list(csv.DictReader(f))) == 2
   assert demo.main(["--output_dir", out, "--heads", "5"]) == 2
 
 

@@ -4,8 +4,11 @@
 --module_import (stack breakage 8); the start-up file that setup.py installs
 (mtf_talking_heads_startup.pth) mends mtf first.  The real script trains a
 tiny talking-heads T5 two steps, evaluates its perplexity and decodes two
-lines; `mtf_th train --module_import` imports the module before gin is read.
+lines (its file run three times in one Python, which imports TensorFlow and
+t5 once); `mtf_th train --module_import` imports the module before gin is
+read.
 """
+import json
 import os
 import subprocess
 import sys
@@ -13,7 +16,6 @@ import sys
 import pytest
 import tensorflow as tf
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 STOCK = os.path.join(BIN, "t5_mesh_transformer")
 MTF_TH = os.path.join(BIN, "mtf_th")
@@ -28,10 +30,39 @@ def _gin(params=()):
       "--gin_param=%s" % p for p in PARAMS + list(params)]
 
 
-def _run(cmd, cwd, timeout=900):
-  proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True,
-                        timeout=timeout)
-  assert proc.returncode == 0, (cmd, proc.stderr[-4000:])
+# The console script (its file, as its shebang runs it) run once per
+# command line in one Python, so TensorFlow and t5 are imported once: absl's
+# flags are reset and gin cleared before each run; stops at the first
+# failure with its status.
+_STOCK_BATCH = r"""
+import json, runpy, sys
+from absl import flags
+import gin
+script, commands = sys.argv[1], json.loads(sys.argv[2])
+for argv in commands:
+  flags.FLAGS.unparse_flags()
+  gin.clear_config()  # also unlocks what the last run's finalize() locked
+  sys.argv = [script] + argv
+  try:
+    runpy.run_path(script, run_name="__main__")
+    code = 0
+  except SystemExit as e:  # absl's app.run exits with main's return value
+    code = e.code or 0
+  print("status %s" % code, flush=True)
+  if code:
+    sys.exit(1)
+"""
+
+
+def _run_stock(commands, cwd, timeout=1800):
+  """Runs `t5_mesh_transformer ARGV` for each ARGV of commands in order."""
+  proc = subprocess.run([sys.executable, "-c", _STOCK_BATCH, STOCK,
+                         json.dumps(commands)], cwd=cwd, capture_output=True,
+                        text=True, timeout=timeout)
+  statuses = [l for l in proc.stdout.splitlines() if l.startswith("status ")]
+  done = statuses.count("status 0")
+  assert proc.returncode == 0 and done == len(commands), (
+      commands[min(done, len(commands) - 1)], statuses, proc.stderr[-4000:])
   return proc
 
 
@@ -48,10 +79,24 @@ def test_stock_script_help_imports_mtf_and_our_module(tmp_path):
 
 @pytest.mark.slow
 def test_stock_script_trains_evaluates_and_decodes(tmp_path):
+  """Train, perplexity_eval, infer: the console script three times in one
+  Python (_STOCK_BATCH); the --help test above starts it on its own."""
   model_dir = str(tmp_path / "stock")
-  stock = [STOCK, "--module_import=mtf_talking_heads",
-           "--model_dir=%s" % model_dir]
-  _run(stock + _gin(["utils.run.train_steps = 2"]), str(tmp_path))
+  stock = ["--module_import=mtf_talking_heads", "--model_dir=%s" % model_dir]
+  inputs = tmp_path / "inputs.txt"
+  inputs.write_text("The module defines a class.\nReturn the number.\n")
+  outputs = tmp_path / "decoded.txt"
+  _run_stock([
+      stock + _gin(["utils.run.train_steps = 2"]),
+      stock + _gin(["utils.run.mode = 'perplexity_eval'",
+                    "utils.run.perplexity_eval_steps = 2",
+                    "utils.run.dataset_split = 'validation'",
+                    "utils.run.eval_checkpoint_step = 2"]),
+      stock + _gin(["utils.run.mode = 'infer'",
+                    "utils.run.eval_checkpoint_step = 2",
+                    "decode_from_file.input_filename = %r" % str(inputs),
+                    "decode_from_file.output_filename = %r" % str(outputs)])],
+             str(tmp_path))
   assert tf.train.latest_checkpoint(model_dir).endswith("-2")
   with open(os.path.join(model_dir, "train_log.csv")) as f:  # mtf_th.train_model
     assert [l.split(",")[0] for l in f.read().splitlines()[1:]] == ["1", "2"]
@@ -59,22 +104,8 @@ def test_stock_script_trains_evaluates_and_decodes(tmp_path):
   assert any(n.endswith("TalkingHeadsAttention/p_l") for n in names), names
   with open(os.path.join(model_dir, "commands", "command")) as f:
     assert "--module_import=mtf_talking_heads" in f.read()
-
-  _run(stock + _gin(["utils.run.mode = 'perplexity_eval'",
-                     "utils.run.perplexity_eval_steps = 2",
-                     "utils.run.dataset_split = 'validation'",
-                     "utils.run.eval_checkpoint_step = 2"]), str(tmp_path))
   evals = [d for d in os.listdir(model_dir) if d.startswith("eval_")]
   assert evals and os.listdir(os.path.join(model_dir, evals[0]))
-
-  inputs = tmp_path / "inputs.txt"
-  inputs.write_text("The module defines a class.\nReturn the number.\n")
-  outputs = tmp_path / "decoded.txt"
-  _run(stock + _gin(["utils.run.mode = 'infer'",
-                     "utils.run.eval_checkpoint_step = 2",
-                     "decode_from_file.input_filename = %r" % str(inputs),
-                     "decode_from_file.output_filename = %r" % str(outputs)]),
-       str(tmp_path))
   (decoded,) = tmp_path.glob("decoded.txt*")
   assert len(decoded.read_text().splitlines()) == 2
 

@@ -10,14 +10,16 @@
   writes train_log.csv / eval_results.csv the way the training package does, with
   known numbers): CSV, markdown, PNGs, means / stds, resume after a failure,
   rerun skips.  Fast, in the default run.
-* One real 2-row tiny sweep through `mtf_th sweep` (slow).
+* Real runs (slow) are elsewhere: `mtf_th demo`'s two-row sweep with its
+  records, tables, plots, progress lines and resume
+  (tests/test_small_regime.py) and `mtf_th sweep --finetune` through the
+  CLI, rerun included (tests/test_finetune_chain.py).
 """
 import csv
 import json
 import math
 import os
 import re
-import subprocess
 import sys
 import textwrap
 
@@ -453,45 +455,6 @@ def test_rerun_with_other_settings_is_refused(tmp_path, fake_mtf_th):
   with pytest.raises(ValueError, match=r"holds a sweep with other settings "
                      r"\(rows differ"):
     other.run()
-
-
-# ---------------------------------------------------------------------------
-# The real thing, tiny: `mtf_th sweep` trains and evaluates two rows.
-
-@pytest.mark.slow
-def test_real_tiny_sweep_two_rows(tmp_path):
-  out = tmp_path / "real"
-  mtf_th = [sys.executable, "-m", "mtf_talking_heads.cli"]
-  args = mtf_th + [
-      "sweep", "--grid", "variant=multi_head,talking_heads", "--grid",
-      "heads=2", "--tie", "d_k=8", "--scale", "tiny", "--seeds", "1",
-      "--train_steps", "4", "--eval_steps", "2,4", "--output_dir", str(out),
-      "--gin_param", "num_layers = 1", "--gin_param", "d_model = 16",
-      "--gin_param", "d_ff = 32", "--gin_param", "inputs_length = 32",
-      "--gin_param", "targets_length = 8", "--gin_param", "batch_size = 2",
-      "--gin_param", "save_checkpoints_steps = 2",
-      "--gin_param", "mtf_th.evaluate_checkpoints.max_eval_examples = 8"]
-  done = subprocess.run(args, capture_output=True, text=True, timeout=900)
-  assert done.returncode == 0, done.stdout + done.stderr
-  records = _read_csv(out / "results.csv")
-  assert [r["variant"] for r in records] == ["multi_head", "talking_heads"]
-  for r in records:
-    for key in ("early_ln_ppl", "final_ln_ppl", "step_time_sec", "wall_sec",
-                "cpu_sec"):
-      assert math.isfinite(float(r[key])) and float(r[key]) > 0, key
-    assert int(r["cost_length"]) == 32 and int(r["d_model"]) == 16
-  # ln(PPL) of a 4-step model is near ln(vocabulary size), far from 0.
-  assert all(2.0 < float(r["final_ln_ppl"]) < 12.0 for r in records)
-  assert len(_md_rows((out / "results.md").read_text())) == 2
-  for name in sweep.PLOTS:
-    assert (out / name).read_bytes()[:4] == b"\x89PNG"
-  assert "[2/2]" in done.stdout and "ETA" in done.stdout
-  # Rerun: both rows are recorded, nothing is trained.
-  again = subprocess.run(args, capture_output=True, text=True, timeout=300)
-  assert again.returncode == 0, again.stderr
-  assert "2 runs, 2 already recorded" in again.stdout
-  assert "[1/2]" not in again.stdout
-  assert len(_read_csv(out / "results.csv")) == 2
 
 
 def test_run_in_flight_continues_from_its_checkpoint(tmp_path, fake_mtf_th):
