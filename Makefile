@@ -28,40 +28,23 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/mtf_th demo
 
-# The whole suite (what CI runs) on TF's default (Eigen) CPU kernels, then
-# the strategy tests again with oneDNN's kernels (test-onednn).  The work
-# is CPU-bound Python (graph building) and TensorFlow subprocesses, so two
-# workers on 2 cores take about half of one process's time: the Eigen pass
-# took 61.7 min with one process on 2026-11-27 (3862 CPU-s, 2 cores shared
-# with a sweep), and 34.1 min on two workers later that day (1210 tests,
-# 60.5 CPU-min, the 2 cores to itself), after the sharding matrices went to
-# one run per code path (52 graph runs fewer).  Each pass pins its kernel path, because TF picks
+# The whole suite (what CI runs), on TF's Eigen CPU kernels, with the
+# split strategies' cores run once more under oneDNN's kernels by
+# tests/test_onednn.py (a pytest process of its own with
+# TF_ENABLE_ONEDNN_OPTS=1).  Each kernel path is pinned, because TF picks
 # oneDNN by itself on CPUs with AVX-512 (Intel, and newer AMD EPYC such as
-# the test machine of 2026-11-26): left to TF, both passes could run oneDNN.
+# the test machine of 2026-11-26).  The work is CPU-bound Python (graph
+# building) and TensorFlow processes, so two workers (pytest-xdist, one
+# file each at a time: tests/conftest.py) share the 2 cores.  Time on 2
+# cores: README.md, "Tests".
 test: $(STAMP)
 	TF_ENABLE_ONEDNN_OPTS=0 $(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS) tests
-	$(MAKE) --no-print-directory test-onednn
 
-# The split strategies' cores run again with TF's oneDNN kernels forced on
-# (TF 2.15's default on CPUs with AVX-512, off on older ones), whose
-# Softmax refuses tensors of more than 5 dims (docs/sharding.md): the tests
-# of test_strategies.py that run a split core - the 768-heads training,
-# greedy decoding, and the batch:2 x model:4 runs of its matrix, where the
-# split cores have the most dims, for talking heads and dynamic projections
-# (multi-head's and logits-only's cores run a subset of their op types at
-# the same ranks) and the two strategies that run one model per mesh.  Left
-# out: heads-parallel runs (a 4-dim softmax), the pre-flight-only and error
-# tests (no kernel runs).  These sessions keep TF's graph rewrites, as
-# training does (tests/_strategy_util.session_config).
-# tests/test_kernel_ranks.py checks the ranks of every strategy's graphs,
-# multi-head's and talking heads', statically in the main run.
-# 12 tests (34 before), 254 CPU-s on two workers (2026-11-27, measured
-# while the 2 cores were shared with about 20 other processes, so its wall
-# time, 38.7 min, says nothing; not yet timed on quiet cores).
-ONEDNN_TESTS := tests/test_strategies.py
-ONEDNN_SELECT := (batch2xmodel4 and (th- or dynamic- or batch_split_gathered or batch_query_split) and not heads_parallel) or 768_heads or greedy_decoding
+# The split strategies' cores again with TF's oneDNN kernels forced on
+# (tests/test_onednn.py says which and why); `make test` runs that file
+# among the others, this target alone.
 test-onednn: $(STAMP)
-	TF_ENABLE_ONEDNN_OPTS=1 $(BIN)/python -m pytest -q -n 2 --dist load $(PYTEST_ARGS) -k "$(ONEDNN_SELECT)" $(ONEDNN_TESTS)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS) tests/test_onednn.py
 
 # The quick loop while developing: every test except those marked slow
 # (the full sharding matrices, the real sweep, fine-tuning, stock t5 script).

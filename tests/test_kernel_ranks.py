@@ -19,9 +19,9 @@ RANK_LIMITS lists the op types that failed under oneDNN on TF 2.15.1 when
 probed once with inputs of 6 to 8 dims; BatchMatMulV2, Einsum, Transpose,
 Reshape, broadcasting Add/Sub/Mul/RealDiv/Maximum, AddN, Sum, Max, Exp,
 Rsqrt, Square, SquaredDifference, Relu, Tanh, LogSoftmax, Cast, ConcatV2
-and StridedSlice all ran.  `make test-onednn` (part of `make test`) runs the
-split strategies' tests themselves with TF_ENABLE_ONEDNN_OPTS=1 (the
-Makefile's ONEDNN_SELECT).
+and StridedSlice all ran.  tests/test_onednn.py (part of `make test`) runs the
+split strategies' tests themselves with TF_ENABLE_ONEDNN_OPTS=1 (its
+SELECT).
 """
 import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 import pytest
