@@ -238,10 +238,12 @@ def free_ports(n, host="localhost"):
       s.close()
 
 
-def _die_with_parent():
-  """In a child before exec (Linux): SIGTERM it when the process that
-  started it dies, so a killed test or benchmark leaves no server behind
-  (its `with` block never runs then).  Elsewhere, nothing."""
+def die_with_parent(signal_number=None):
+  """In a child before exec (Linux): send it `signal_number` (None:
+  SIGTERM) when the process that started it dies, so a killed test,
+  benchmark or sweep leaves no server or training run behind (its `with`
+  block or interrupt handler never runs then).  Elsewhere, nothing.
+  Use as Popen's preexec_fn (functools.partial for another signal)."""
   import ctypes  # pylint: disable=g-import-not-at-top
   import signal  # pylint: disable=g-import-not-at-top
   try:
@@ -249,7 +251,7 @@ def _die_with_parent():
   except OSError:
     return
   pr_set_pdeathsig = 1
-  libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+  libc.prctl(pr_set_pdeathsig, signal_number or signal.SIGTERM)
 
 
 class LocalServers(object):
@@ -294,7 +296,7 @@ class LocalServers(object):
                              str(task), "--devices_per_task",
                              str(self.devices_per_task)],
         stdout=subprocess.PIPE, stderr=self.logs[task], text=True,
-        env=self.env, preexec_fn=_die_with_parent)
+        env=self.env, preexec_fn=die_with_parent)
     if wait:
       self.wait(task)
 

@@ -10,6 +10,7 @@ the files that take longest are collected first (LONGEST_FIRST); the two
 workers then finish within about one short file of each other.
 """
 import os
+import warnings
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -28,8 +29,11 @@ def pytest_configure(config):
   if (getattr(config, "workerinput", None) is None
       and config.getoption("numprocesses", None)):
     return
-  from mtf_talking_heads import compat  # pylint: disable=g-import-not-at-top
-  compat.split_cpu(NUM_DEVICES)
+  with warnings.catch_warnings():  # pytest.ini's filters apply from here on
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from mtf_talking_heads import compat  # pylint: disable=g-import-not-at-top
+    compat.split_cpu(NUM_DEVICES)
+
 
 # The longest files of the suite, longest first (measured on 2 cores; a
 # file not listed runs after these, in its usual order).  A stale order

@@ -537,10 +537,19 @@ def _holds_the_lock(model_dir):
 
 def _ctrl_c(argv, cwd, ready):
   """Starts `mtf_th ARGV`, SIGINT once ready(); its stderr."""
-  proc = _cli_util.start(argv, cwd=cwd)
-  _cli_util.wait_until(ready, proc, timeout=900, poll_secs=0.1)
-  proc.send_signal(signal.SIGINT)
-  _, err = proc.communicate(timeout=300)
+  # SIGINT's default action back (a shell without job control, e.g. a
+  # `make test &`, starts its background commands with SIGINT ignored, and
+  # Python then installs no KeyboardInterrupt handler)
+  proc = _cli_util.start(argv, cwd=cwd, preexec_fn=lambda: signal.signal(
+      signal.SIGINT, signal.SIG_DFL))
+  try:
+    _cli_util.wait_until(ready, proc, timeout=900, poll_secs=0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+  finally:  # a failed wait leaves no sweep (nor, through it, a run) behind
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
   assert proc.returncode == 130, err
   return err
 

@@ -337,7 +337,7 @@ def test_local_servers_die_with_the_process_that_started_them():
   code = ("import subprocess, sys\n"
           "from mtf_talking_heads import cluster\n"
           "p = subprocess.Popen(['sleep', '600'],"
-          " preexec_fn=cluster._die_with_parent)\n"
+          " preexec_fn=cluster.die_with_parent)\n"
           "print(p.pid, flush=True)\n"
           "p.wait()\n")
   parent = subprocess.Popen([sys.executable, "-c", code], cwd=REPO,

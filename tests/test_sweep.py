@@ -20,14 +20,18 @@ import json
 import math
 import os
 import re
+import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
 from mtf_talking_heads import cli
 from mtf_talking_heads import costs
 from mtf_talking_heads import sweep
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TABLES = ("albert_heads", "albert_logits_weights", "bert_heads", "dp",
           "dp_enc_only", "dp_individual", "t5_enc_dec", "t5_heads",
@@ -518,3 +522,58 @@ def test_report_rewrites_tables_without_training(tmp_path, fake_mtf_th):
   _grid_sweep(out, launcher, seeds=2).run(train=False)  # seed 2: not run
   assert len(calls.read_text().splitlines()) == before
   assert (out / "results.md").exists() and (out / "comparison.md").exists()
+
+
+_SLEEPER = textwrap.dedent('''\
+    import os, sys, time
+    with open(os.environ["SLEEPER_PID"] + ".tmp", "w") as f:
+      f.write(str(os.getpid()))
+    os.rename(os.environ["SLEEPER_PID"] + ".tmp", os.environ["SLEEPER_PID"])
+    time.sleep(600)
+    ''')
+
+_KILLED_SWEEP = textwrap.dedent('''\
+    import sys
+    from mtf_talking_heads import sweep
+    rows = sweep.grid_rows({"variant": ["multi_head"], "heads": [4]},
+                           {"d_k": ("div", 32, "heads")})
+    sweep.Sweep(rows, sys.argv[1], scale="tiny", seeds=1, train_steps=20,
+                eval_steps=(5, 20), launcher=[sys.executable, sys.argv[2]],
+                log=sys.stderr).run()
+    ''')
+
+
+def test_a_killed_sweep_takes_its_run_with_it(tmp_path, monkeypatch):
+  """SIGKILL (no handler runs) on the sweep: its training command gets
+  SIGINT, as on Ctrl-C, instead of training on with no one to record it."""
+  sleeper = tmp_path / "sleeper.py"
+  sleeper.write_text(_SLEEPER)
+  pid_file = tmp_path / "run.pid"
+  monkeypatch.setenv("SLEEPER_PID", str(pid_file))
+  proc = subprocess.Popen([sys.executable, "-c", _KILLED_SWEEP,
+                           str(tmp_path / "sweep"), str(sleeper)],
+                          cwd=REPO, stderr=subprocess.DEVNULL)
+  try:
+    deadline = time.time() + 120
+    while not pid_file.exists():
+      assert proc.poll() is None and time.time() < deadline
+      time.sleep(0.1)
+    child = int(pid_file.read_text())
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 10
+    while _alive(child) and time.time() < deadline:
+      time.sleep(0.1)
+    assert not _alive(child), "the sweep's run outlived it"
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+
+
+def _alive(pid):
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  with open("/proc/%d/stat" % pid) as f:  # a zombie is gone too
+    return f.read().split(")")[-1].split()[0] != "Z"

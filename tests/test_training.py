@@ -40,7 +40,7 @@ SMALL_HEADS = ["heads_k = 4", "heads = 4", "heads_v = 4", "d_k = 16",
                "d_v = 16"]
 T5_FILES = ["experiments/t5_heads/06_talking_heads_12_64.gin",
             "models/t5_tiny.gin"]
-T5_PARAMS = SMALL_HEADS + ["num_layers = 1", "mesh_shape = 'model:2'",
+T5_PARAMS = SMALL_HEADS + ["mesh_shape = 'model:2'",
                            "layout = 'heads:model,d_ff:model,vocab:model'",
                            "save_checkpoints_steps = 4"]
 STEPS = 12

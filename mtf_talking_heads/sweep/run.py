@@ -6,6 +6,7 @@ appends, progress lines with an ETA) and the time accounting of a run over
 its interrupted pieces (RUN_TIME in the run directory).
 """
 import csv
+import functools
 import glob
 import json
 import os
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 
+from mtf_talking_heads import cluster
 from mtf_talking_heads import comparison
 from mtf_talking_heads import dir_lock
 from mtf_talking_heads.sweep import lazy
@@ -146,7 +148,10 @@ class Runner(object):
         log.flush()
         began = time.time()
         try:  # an interrupted piece's time counts too (Ctrl-C, SIGTERM)
-          proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+          # SIGINT (as Ctrl-C) if this process dies without passing it on
+          proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                  preexec_fn=functools.partial(
+                                      cluster.die_with_parent, signal.SIGINT))
           code = self._watch(proc, run, model_dir)
         finally:
           write_run_time(model_dir, spent, time.time() - start,
