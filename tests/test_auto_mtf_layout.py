@@ -4,7 +4,6 @@ keeps are the library's, and the ones it leaves out are implied by them, so
 every layout's peak is the same.  Needs no ortools.  And docs/costs.md
 shows what the benchmark's --table prints from its committed CSVs."""
 import collections
-import importlib.util
 import itertools
 import os
 import shlex
@@ -13,17 +12,13 @@ import mesh_tensorflow as mtf
 import numpy as np
 import pytest
 
+import _cli_util
 from mtf_talking_heads import memory_measure
-
-_PATH = os.path.join(os.path.dirname(__file__), "..", "benchmarks",
-                     "auto_mtf_layout.py")
 
 
 def _benchmark():
-  spec = importlib.util.spec_from_file_location("auto_mtf_layout", _PATH)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return _cli_util.load_script("benchmarks/auto_mtf_layout.py",
+                               "auto_mtf_layout")
 
 
 def test_rows_by_hand():

@@ -1,22 +1,14 @@
 """benchmarks/small_regime.py times encoder-decoder rows too: the
 Bitransformer step of models/encdec_small.gin, interleaved with its
 multi-head pair (tiny sizes here)."""
-import importlib.util
-import os
-
 import pytest
 
+import _cli_util
 from mtf_talking_heads import sweep
-
-_PATH = os.path.join(os.path.dirname(__file__), "..", "benchmarks",
-                     "small_regime.py")
 
 
 def _benchmark():
-  spec = importlib.util.spec_from_file_location("small_regime", _PATH)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return _cli_util.load_script("benchmarks/small_regime.py", "small_regime")
 
 
 def test_encoder_decoder_rows_side_by_side(capsys):
