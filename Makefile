@@ -36,7 +36,7 @@ demo: $(STAMP)
 # the test machine of 2026-11-26).  The work is CPU-bound Python (graph
 # building) and TensorFlow processes, so two workers (pytest-xdist, one
 # file each at a time: tests/conftest.py) share the 2 cores.  Time on 2
-# cores: README.md, "Tests".
+# cores: README.md, "The two commands".
 test: $(STAMP)
 	TF_ENABLE_ONEDNN_OPTS=0 $(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS) tests
 
