@@ -176,7 +176,6 @@ class Search(object):
     self.shapes = {t.name: (t.dtype.size, str(t.shape))
                    for op in mtf_graph.operations for t in op.outputs}
     self.statuses, self.model_s, self.solve_s, self.units = [], 0.0, 0.0, 0.0
-    self.constraints = []  # (memory constraints of the library, built)
     search = self
 
     class LimitedSolver(cp_model.CpSolver):
@@ -221,10 +220,11 @@ class Search(object):
         # sizes none and adds no memory constraint
         self._graph, contents = NoTensors(self._graph), search.contents
         search.contents = []
-        super()._add_constraints()
-        self._graph, search.contents = self._graph.interface, contents
+        try:
+          super()._add_constraints()
+        finally:
+          self._graph, search.contents = self._graph.interface, contents
         columns, rows = memory_rows(contents, self._tensor_terms())
-        search.constraints.append((len(contents), len(rows)))
         # each row as AddLinearExpressionInDomain writes sum(...) <= z:
         # its variables and coefficients, then z's -1, at most 0
         z = self._memory_var.Index()
@@ -333,7 +333,8 @@ def memory_rows(contents, terms):
 
 
 def maximal(contents):
-  """The sets of `contents` that are not subsets of a neighbour.
+  """The sets of `contents` that are not subsets of a neighbour (of equal
+  neighbours, the first is kept).
 
   contents[i] is what is live at op i of the schedule; a tensor is live
   over an interval of ops, so a set inside another set is inside its
@@ -343,7 +344,7 @@ def maximal(contents):
   """
   last = len(contents) - 1
   return [s for i, s in enumerate(contents)
-          if not ((i < last and s <= contents[i + 1]) or
+          if not ((i < last and s < contents[i + 1]) or
                   (i > 0 and s <= contents[i - 1]))]
 
 
@@ -397,7 +398,7 @@ def price(model, mesh_shape, dims):
 
 def case_row(row, devices, layers, graph, search, build_s, time_limit):
   """The CSV values of one (row, devices) case, auto_mtf's search on the
-  graph of `layers` layers per stack (None: the row's own), both choices
+  graph of `layers` layers per stack ("all": the row's own), both choices
   priced on the row's own model."""
   from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
@@ -420,7 +421,7 @@ def case_row(row, devices, layers, graph, search, build_s, time_limit):
           "yes" if total <= planner.usable_bytes(HARDWARE, devices)
           else "no")
   best = planner.plan(model, HARDWARE, devices, IMPLEMENTATION)[0]
-  return (row, devices, layers or "all") + auto + (
+  return (row, devices, layers) + auto + (
       best.mesh_shape, best.strategy + ("+recompute" if best.recompute
                                         else ""),
       "%.2f" % (best.memory["total"] / GiB), "%.4f" % best.step_s,
@@ -490,6 +491,9 @@ def main(argv=None):
     parser.error("--search_layers must be a positive integer, got %d" %
                  args.search_layers)
   devices = tuple(args.devices or DEVICES)
+  for d in devices:  # auto_mtf's mesh shapes are powers of two
+    if d < 1 or d & (d - 1):
+      parser.error("--devices must be a power of two, got %d" % d)
   layers = str(args.search_layers or "all")
   if args.table:
     return print_table(args.csv, [case_name(r, args.gin_param)
@@ -508,7 +512,7 @@ def main(argv=None):
     print("%s: graph built in %.0f s, scheduled in %.0f s" % (
         row, build_s, search.schedule_s), flush=True)
     for d in todo:
-      values = case_row(row, d, args.search_layers, graph, search, build_s,
+      values = case_row(row, d, layers, graph, search, build_s,
                         args.time_limit)
       append_row(args.csv, values)
       print(",".join(str(v) for v in values), flush=True)

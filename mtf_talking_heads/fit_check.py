@@ -5,8 +5,8 @@ activation_dtype and dropout_rate from the gin files as `mtf_th plan`
 does, predicts the memory per device of one training step (memory.py,
 for every sharding strategy that applies: the layers' default, Auto, may
 pick any; and heads-parallel with its core recomputed when the gin files
-bind mtf_th.RecomputeCore to a layer's strategy) and, if even the smallest does not fit the target hardware
-with planner.DEFAULT_MARGIN left free, gives one line naming the plan
+bind mtf_th.RecomputeCore to a layer's strategy) and, if even the smallest
+does not fit the target hardware with planner.DEFAULT_MARGIN left free, gives one line naming the plan
 command that lists what would fit: a warning for a TPU slice (warning(),
 launch/tpu.py), the reason to refuse a run on this machine's CPU
 (cpu_refusal(), `mtf_th train` and `mtf_th finetune` before any graph is
@@ -14,6 +14,7 @@ built: the logical CPU devices share the host's RAM).
 """
 import shlex
 
+from mtf_talking_heads import gin_text
 from mtf_talking_heads import memory
 from mtf_talking_heads import perf
 from mtf_talking_heads import planner
@@ -21,17 +22,18 @@ from mtf_talking_heads import planner
 
 def _config(gin_files, gin_params):
   from mtf_talking_heads import gin_paths  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import gin_text as gin_reader  # pylint: disable=g-import-not-at-top
-  return gin_reader.GinConfig(gin_files, gin_params, gin_paths.gin_dir())
+  return gin_text.GinConfig(gin_files, gin_params, gin_paths.gin_dir())
 
 
 def _recomputes(config):
   """True if a binding of the gin files makes some layer's strategy
-  mtf_th.RecomputeCore (e.g. `mtf_th.TalkingHeadsAttention.strategy =
-  @mtf_th.RecomputeCore()`)."""
-  return any(str(config.binding(key)).lstrip("@").startswith(
-      "mtf_th.RecomputeCore") for key in config.binding_keys()
-             if key.endswith(".strategy"))
+  RecomputeCore (e.g. `mtf_th.TalkingHeadsAttention.strategy =
+  @mtf_th.RecomputeCore()`, or gin's short name `@RecomputeCore()`)."""
+  return any(isinstance(value, gin_text.Reference)
+             and value.name.split(".")[-1] == "RecomputeCore"
+             for value in (config.binding(key) for key in
+                           config.binding_keys()
+                           if key.endswith(".strategy")))
 
 
 def smallest(gin_files, gin_params, hardware):

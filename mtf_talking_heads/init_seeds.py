@@ -51,7 +51,7 @@ def variable_seed(name):
   return zlib.crc32(name.encode("utf-8")) % (2 ** 31 - 1) + 1
 
 
-def seeded_initializer(initializer, name, dtype=tf.float32):
+def seeded_initializer(initializer, name, dtype=None):
   """A copy of `initializer` whose op seed is variable_seed(name).
 
   Initializers without a ``seed`` attribute (zeros, ones, constants) draw

@@ -163,3 +163,21 @@ def test_configure_estimator_runs_the_model_fn_name_seeded_once(tmp_path):
                if op.type == "RandomStandardNormal"]
     assert draw.get_attr("seed2") == init_seeds.variable_seed("layer/w")
   assert variable.name == "layer/w:0"
+
+
+def test_no_initializer_becomes_tfs_default_with_the_names_seed():
+  """relative_attention_bias (mtf creates it with initializer=None): TF's
+  glorot_uniform with the name's seed, the same numbers; not for ints."""
+  name = "encoder/block_000/layer_000/SelfAttention/relative_attention_bias"
+  with tf.Graph().as_default():
+    tf.set_random_seed(1234)
+    got = init_seeds.seeded_initializer(None, name)([32, 4])
+    want = tf.glorot_uniform_initializer(
+        seed=init_seeds.variable_seed(name))([32, 4])
+    other = tf.glorot_uniform_initializer(
+        seed=init_seeds.variable_seed(name + "_other"))([32, 4])
+    with tf.Session() as sess:
+      got, want, other = sess.run([got, want, other])
+  np.testing.assert_array_equal(got, want)
+  assert got.std() > 0 and not np.array_equal(got, other)
+  assert init_seeds.seeded_initializer(None, name, tf.int32) is None

@@ -313,8 +313,13 @@ def test_pasting_a_recompute_rows_bindings_silences_the_fit_warning():
   for recompute in (False, True):
     params = cands[("batch:8,model:1", recompute)].gin
     line = fit_check.warning("launch/tpu.py", [TH24], params, "tpu_v3")
-    if recompute:  # the row fits: no warning
+    if recompute:  # the row fits: no warning (gin's short name too)
       assert line is None, line
+      short = [b.replace("@mtf_th.RecomputeCore", "@RecomputeCore")
+               for b in params]
+      assert short != params
+      assert fit_check.warning("launch/tpu.py", [TH24], short,
+                               "tpu_v3") is None
     else:  # it does not, and no other strategy of this mesh fits either
       assert line.startswith("launch/tpu.py: warning: predicted "), line
       assert "mtf_th plan --gin_file %s --hardware tpu_v3" % TH24 in line

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -550,9 +551,13 @@ def test_a_killed_sweep_takes_its_run_with_it(tmp_path, monkeypatch):
   sleeper.write_text(_SLEEPER)
   pid_file = tmp_path / "run.pid"
   monkeypatch.setenv("SLEEPER_PID", str(pid_file))
+  # started as a shell without job control starts `mtf_th sweep &`
+  # (SIGINT ignored, inherited by its runs unless the sweep resets it)
   proc = subprocess.Popen([sys.executable, "-c", _KILLED_SWEEP,
                            str(tmp_path / "sweep"), str(sleeper)],
-                          cwd=REPO, stderr=subprocess.DEVNULL)
+                          cwd=REPO, stderr=subprocess.DEVNULL,
+                          preexec_fn=lambda: signal.signal(
+                              signal.SIGINT, signal.SIG_IGN))
   try:
     deadline = time.time() + 120
     while not pid_file.exists():

@@ -97,9 +97,8 @@ def main(argv=None):
         purpose=("downstream_results.csv" if args.metrics else
                  "eval_results.csv and the eval events"))
     if args.metrics:  # this package's and t5's names (data/task_names.py)
-      prechecks.task(args.task, args.gin_file or [os.path.join(
-          args.model_dir, "operative_config.gin")], "--task",
-                     args.module_import)
+      prechecks.task(args.task, prechecks.run_gin_files(
+          args.model_dir, args.gin_file), "--task", args.module_import)
     if not args.tpu and not args.cluster:  # as train's memory_check
       prechecks.forward_memory(args.model_dir, args.gin_file, args.gin_param,
                                "eval")

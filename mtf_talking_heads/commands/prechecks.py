@@ -223,7 +223,7 @@ def forward_memory(model_dir, gin_files, gin_params, what):
   from mtf_talking_heads import memory  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
-  files = list(gin_files) or [os.path.join(model_dir, "operative_config.gin")]
+  files = run_gin_files(model_dir, gin_files)
   try:
     config = gin_text.GinConfig(files, gin_params, gin_paths.gin_dir())
     # an operative config keeps only the macros the model used
@@ -308,6 +308,13 @@ def task(name, gin_files=(), flag="--task", module_imports=()):
           else "this package registers %s" % ", ".join(sorted(ours))))
 
 
+def run_gin_files(model_dir, gin_files):
+  """The gin files a command reads: --gin_file's, or without them the
+  operative_config.gin that --model_dir's model was trained with (as
+  training/checkpoints.operative_gin, which needs TensorFlow)."""
+  return list(gin_files) or [os.path.join(model_dir, "operative_config.gin")]
+
+
 def mixture(model_dir, gin_files, gin_params, module_imports=()):
   """The gin macro MIXTURE_NAME of the run, checked like --task (task()).
 
@@ -316,10 +323,7 @@ def mixture(model_dir, gin_files, gin_params, module_imports=()):
   TensorFlow; a file gin itself cannot read is left to the command.
   """
   from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
-  files = list(gin_files)
-  operative = os.path.join(model_dir, "operative_config.gin")
-  if not files and os.path.isfile(operative):
-    files = [operative]
+  files = run_gin_files(model_dir, gin_files)
   try:
     name = gin_text.GinConfig(files, gin_params,
                               gin_paths.gin_dir()).get("MIXTURE_NAME")

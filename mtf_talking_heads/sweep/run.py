@@ -6,7 +6,6 @@ appends, progress lines with an ETA) and the time accounting of a run over
 its interrupted pieces (RUN_TIME in the run directory).
 """
 import csv
-import functools
 import glob
 import json
 import os
@@ -36,6 +35,16 @@ def default_launcher():
   """The argv prefix that runs `mtf_th` with this Python."""
   return [sys.executable, "-m", "mtf_talking_heads.cli"]
 
+
+
+def _interrupt_with_this_process():
+  """In a run's command before exec: SIGINT (what Ctrl-C sends; the command
+  saves nothing half-written and exits) when the sweep dies without passing
+  it on (SIGKILL, a broken pipe).  SIGINT's default action comes back
+  first: a shell without job control starts background commands with
+  SIGINT ignored, and the command would then ignore this one too."""
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
+  cluster.die_with_parent(signal.SIGINT)
 
 class Runner(object):
   """Trains and evaluates the runs of a Plan that results.csv lacks.
@@ -148,10 +157,8 @@ class Runner(object):
         log.flush()
         began = time.time()
         try:  # an interrupted piece's time counts too (Ctrl-C, SIGTERM)
-          # SIGINT (as Ctrl-C) if this process dies without passing it on
           proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                  preexec_fn=functools.partial(
-                                      cluster.die_with_parent, signal.SIGINT))
+                                  preexec_fn=_interrupt_with_this_process)
           code = self._watch(proc, run, model_dir)
         finally:
           write_run_time(model_dir, spent, time.time() - start,
