@@ -227,6 +227,18 @@ def set_run_config(estimator, config):
   estimator._session_config = config.session_config  # pylint: disable=protected-access
 
 
+def default_session_config():
+  """Breakage: TF 2.x has no public way to get the ConfigProto a
+  tf.compat.v1.Session(config=None) uses (the eager context's, with the
+  logical devices of split_cpu), to change one field of it.
+
+  Returns:
+    a new tf.ConfigProto.
+  """
+  from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
+  return context.context().config
+
+
 def wrap_model_fn(estimator, wrap):
   """Breakage: tf.estimator.Estimator cannot wrap its model_fn once built.
 

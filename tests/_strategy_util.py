@@ -21,6 +21,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import comm
+from mtf_talking_heads import compat
 from mtf_talking_heads import harness
 from mtf_talking_heads import layers
 from mtf_talking_heads import sharding
@@ -38,7 +39,6 @@ MODELS = {
         heads_k=8, heads=8, heads_v=16, d_k=2, d_v=3, dynamic_init_scale=1.0,
         strategy=s),
 }
-
 
 
 def matrix_cases(matrix, fast, runs=True):
@@ -60,6 +60,7 @@ def matrix_cases(matrix, fast, runs=True):
     cases.append(pytest.param(*key, id=case_id, marks=marks))
   return cases
 
+
 def session_config():
   """ConfigProto for the tests' sessions: TF's graph rewrites off on Eigen.
 
@@ -77,8 +78,7 @@ def session_config():
   Returns:
     a tf.ConfigProto.
   """
-  from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
-  config = context.context().config  # a new proto, with the logical devices
+  config = compat.default_session_config()  # with the logical devices
   if os.environ.get("TF_ENABLE_ONEDNN_OPTS") != "1":
     config.graph_options.rewrite_options.disable_meta_optimizer = True
     config.graph_options.optimizer_options.opt_level = tf.OptimizerOptions.L0
