@@ -107,6 +107,15 @@ def gin_params(row):
   return row.split(" [")[1][:-1].split("; ") if " [" in row else []
 
 
+def row_depth(row):
+  """The row's layers per stack (its num_layers), read from its gin text."""
+  from mtf_talking_heads import gin_paths  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
+  config = gin_text.GinConfig(gin_files(row), gin_params(row),
+                              gin_paths.gin_dir())
+  return config.require("num_layers", row)
+
+
 def case_name(row, params):
   return "%s [%s]" % (row, "; ".join(params)) if params else row
 
@@ -490,6 +499,13 @@ def main(argv=None):
   if args.search_layers is not None and args.search_layers < 1:
     parser.error("--search_layers must be a positive integer, got %d" %
                  args.search_layers)
+  if args.search_layers is not None:
+    for row in args.rows or ROWS:
+      depth = row_depth(case_name(row, args.gin_param))
+      if args.search_layers >= depth:
+        parser.error("--search_layers %d is not fewer than %s's %d layers "
+                     "per stack; leave --search_layers out to search the "
+                     "row's own depth" % (args.search_layers, row, depth))
   devices = tuple(args.devices or DEVICES)
   for d in devices:  # auto_mtf's mesh shapes are powers of two
     if d < 1 or d & (d - 1):
