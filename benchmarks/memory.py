@@ -13,7 +13,10 @@ measured, and mesh-tensorflow's auto_mtf MemoryEstimator on the same mtf
 graph (the peak of its per-device tensor sizes under auto_mtf's own
 scheduler, memory_measure.auto_mtf_peak) with its ratio to the measurement.
 The last line gives the worst |ratio - 1| of each.  docs/costs.md records
-a run.  --format csv for a CSV table.
+a run.  --format csv for a CSV table.  --forward: an eval's forward pass
+(the loss only: no gradients, no optimizer) against memory.predict_forward,
+the figure `mtf_th eval` and `decode` check before they start (the
+recomputed-core row is then the same graph as the one without).
 """
 import argparse
 import sys
@@ -29,11 +32,14 @@ def main(argv=None):
   parser.add_argument("--format", choices=("md", "csv"), default="md")
   parser.add_argument("--config", action="append",
                       help="only these CONFIGS names (repeatable)")
+  parser.add_argument("--forward", action="store_true",
+                      help="an eval's forward pass against "
+                      "memory.predict_forward, not a training step")
   args = parser.parse_args(argv)
   compat.split_cpu(4)
   from mtf_talking_heads import commands  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
-  table = memory_measure.compare(args.config)
+  table = memory_measure.compare(args.config, forward=args.forward)
   cells = [(n, m, int(p), "%.3f" % (p / m), int(a), "%.3f" % (a / m))
            for n, m, p, a in table]
   sys.stdout.write(commands.format_table(COLUMNS, cells, args.format,
