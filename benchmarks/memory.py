@@ -8,23 +8,23 @@ takes one training step on logical CPU devices; the measured figure is the
 largest device's slice variables + its allocator peak during the step
 (memory_measure's docstring says how and why), the predicted one
 memory.predict(..., impl="mtf_th_float32") for the same model and mesh.
-Columns: measured (the median of 3 traced steps; measured_max the
-largest) and predicted bytes per device, ratio = predicted / measured,
-and mesh-tensorflow's auto_mtf MemoryEstimator on the same mtf graph
-(the peak of its per-device tensor sizes under auto_mtf's own scheduler,
-memory_measure.auto_mtf_peak) with its ratio to the measurement.
+Columns: measured and predicted bytes per device, ratio = predicted /
+measured, and mesh-tensorflow's auto_mtf MemoryEstimator on the same mtf
+graph (the peak of its per-device tensor sizes under auto_mtf's own
+scheduler, memory_measure.auto_mtf_peak) with its ratio to the measurement.
 The last line gives the worst |ratio - 1| of each.  docs/costs.md records
 a run.  --format csv for a CSV table.  --forward: an eval's forward pass
 (the loss only: no gradients, no optimizer) against memory.predict_forward,
-the figure `mtf_th eval` and `decode` check before they start.
+the figure `mtf_th eval` and `decode` check before they start (the
+recomputed-core row is then the same graph as the one without).
 """
 import argparse
 import sys
 
 from mtf_talking_heads import compat
 
-COLUMNS = ("config", "measured", "measured_max", "predicted", "ratio",
-           "auto_mtf", "auto_mtf_ratio")
+COLUMNS = ("config", "measured", "predicted", "ratio", "auto_mtf",
+           "auto_mtf_ratio")
 
 
 def main(argv=None):
@@ -40,15 +40,15 @@ def main(argv=None):
   from mtf_talking_heads import commands  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
   table = memory_measure.compare(args.config, forward=args.forward)
-  cells = [(n, m, top, int(p), "%.3f" % (p / m), int(a), "%.3f" % (a / m))
-           for n, m, top, p, a in table]
+  cells = [(n, m, int(p), "%.3f" % (p / m), int(a), "%.3f" % (a / m))
+           for n, m, p, a in table]
   sys.stdout.write(commands.format_table(COLUMNS, cells, args.format,
                                          text_columns=("config",)))
-  worst = max(table, key=lambda r: abs(r[3] / r[1] - 1))
-  worst_a = max(table, key=lambda r: abs(r[4] / r[1] - 1))
+  worst = max(table, key=lambda r: abs(r[2] / r[1] - 1))
+  worst_a = max(table, key=lambda r: abs(r[3] / r[1] - 1))
   print("\nworst memory.py: %s, predicted / measured = %.3f; worst auto_mtf: "
-        "%s, %.3f" % (worst[0], worst[3] / worst[1], worst_a[0],
-                      worst_a[4] / worst_a[1]))
+        "%s, %.3f" % (worst[0], worst[2] / worst[1], worst_a[0],
+                      worst_a[3] / worst_a[1]))
   return 0
 
 

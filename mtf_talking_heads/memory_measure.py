@@ -252,40 +252,22 @@ def step_peaks(run_metadata, devices):
   return out
 
 
-def measure(config, graph=None, runs=3):
+def measure(config, graph=None):
   """Measured per-device memory of one training step of `config`.
-
-  The step runs `runs` times after a first run (which allocates the
-  kernels' caches); the peak moves between runs (the order in which TF's
-  executor frees buffers and forwards them in place), so the figures are
-  those of the run with the median largest-device peak, and peak_max the
-  largest of all runs.
 
   Returns:
     dict: peak_bytes (the largest device's variables + step peak),
-    peak_max, devices {device: dict(variables, step_peak, peak)},
-    live_at_peak (the largest device's [(op name, bytes)] live at its
-    peak).
+    devices {device: dict(variables, step_peak, peak)}, live_at_peak (the
+    largest device's [(op name, bytes)] live at its peak).
   """
   own = graph is None
   graph = graph or StepGraph(config)
   try:
     graph.run_traced()  # the first run allocates the kernels' caches
-    results = [_run_peaks(graph) for _ in range(runs)]
+    peaks = step_peaks(graph.run_traced(), graph.devices)
   finally:
     if own:
       graph.close()
-  results.sort(key=lambda r: r["peak_bytes"])
-  out = results[(len(results) - 1) // 2]
-  out.update(peak_max=results[-1]["peak_bytes"],
-             layout=";".join("%s:%s" % p for p in sorted(
-                 compat.layout_pairs(graph.layout))))
-  return out
-
-
-def _run_peaks(graph):
-  """measure's figures of one traced run of `graph`."""
-  peaks = step_peaks(graph.run_traced(), graph.devices)
   devices = collections.OrderedDict()
   for d in graph.devices:
     step, _ = peaks.get(d, (0, []))
@@ -293,7 +275,9 @@ def _run_peaks(graph):
                       peak=graph.variable_bytes[d] + step)
   worst = max(devices, key=lambda d: devices[d]["peak"])
   return dict(peak_bytes=devices[worst]["peak"], devices=devices,
-              live_at_peak=peaks.get(worst, (0, []))[1])
+              live_at_peak=peaks.get(worst, (0, []))[1],
+              layout=";".join("%s:%s" % p for p in sorted(
+                  compat.layout_pairs(graph.layout))))
 
 
 def load_auto_mtf(name):
@@ -392,8 +376,7 @@ BASE = dict(d_k=16, num_layers=2, d_model=32, d_ff=64, vocab=128, batch=8)
 
 
 def compare(names=None, auto_mtf=True, forward=False):
-  """[(name, measured bytes, largest measured, predicted bytes, auto_mtf
-  bytes or None)] (measure's median and largest of 3 runs).
+  """[(name, measured bytes, predicted bytes, auto_mtf bytes or None)].
 
   forward=True: an eval's forward pass (StepGraph(train=False)) against
   memory.predict_forward, instead of a training step against
@@ -407,7 +390,7 @@ def compare(names=None, auto_mtf=True, forward=False):
     config = MeasureConfig(**dict(BASE, **kw))
     graph = StepGraph(config, train=not forward)
     try:
-      result = measure(config, graph)
+      measured = measure(config, graph)["peak_bytes"]
       estimated = auto_mtf_peak(graph) if auto_mtf else None
     finally:
       graph.close()
@@ -420,6 +403,5 @@ def compare(names=None, auto_mtf=True, forward=False):
       predicted = memory.predict(model, config.mesh_shape, "mtf_th_float32",
                                  strategy=config.strategy,
                                  recompute=config.recompute)["total"]
-    out.append((name, result["peak_bytes"], result["peak_max"], predicted,
-                estimated))
+    out.append((name, measured, predicted, estimated))
   return out

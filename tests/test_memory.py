@@ -109,7 +109,7 @@ MEASURED = ("th_h4_n32_1", "th_h8_n32_m4_bsplit")
 @pytest.fixture(scope="module")
 def measured():
   from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
-  return {name: (m, p) for name, m, _, p, _ in
+  return {name: (m, p) for name, m, p, _ in
           memory_measure.compare(MEASURED, auto_mtf=False)}
 
 
@@ -122,7 +122,7 @@ def test_prediction_within_20_percent_of_allocator_peak(measured, name):
 @pytest.fixture(scope="module")
 def measured_forward():
   from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
-  return {name: (m, p) for name, m, _, p, _ in
+  return {name: (m, p) for name, m, p, _ in
           memory_measure.compare(MEASURED, auto_mtf=False, forward=True)}
 
 
