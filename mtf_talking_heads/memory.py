@@ -51,9 +51,9 @@ description (perf.Model, perf.Attention, perf.Implementation) it reads:
   backward pass, one layer at a time).
 
 docs/costs.md ("Memory model") gives the measured check: every prediction
-within 20% of TensorFlow's allocator peak on CPU (benchmarks/memory.py),
-of a training step (predict) and of an eval's forward pass
-(predict_forward, --forward).
+within 20% of TensorFlow's allocator peak on CPU (benchmarks/memory.py,
+the median of 3 processes), of a training step (predict) and of an
+eval's forward pass (predict_forward, --forward).
 
 Example (the measured 2-layer talking-heads LM of tests/test_memory.py,
 float32 on one CPU):
