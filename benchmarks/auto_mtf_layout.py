@@ -388,8 +388,9 @@ def planner_mesh(layout, mesh):
 
 def price(model, mesh_shape, dims, dropout=False):
   """(memory.py bytes, perf.py step seconds or None) of a heads-parallel
-  model on mesh_shape with `dims` on its model axis; the step time only
-  when that is the planner's layout (perf.py prices no other)."""
+  model on mesh_shape with `dims` on its model axis, with attention
+  dropout's mask if `dropout`; the step time only when that is the
+  planner's layout (perf.py prices no other)."""
   from mtf_talking_heads import memory  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
@@ -506,7 +507,10 @@ def main(argv=None):
                  args.search_layers)
   if args.search_layers is not None:
     for row in args.rows or ROWS:
-      depth = row_depth(case_name(row, args.gin_param))
+      try:
+        depth = row_depth(case_name(row, args.gin_param))
+      except ValueError as e:
+        parser.error(str(e))
       if args.search_layers >= depth:
         parser.error("--search_layers %d is not fewer than %s's %d layers "
                      "per stack; leave --search_layers out to search the "

@@ -35,21 +35,36 @@ COLUMNS = ("config", "measured", "predicted", "ratio", "auto_mtf",
 
 
 def in_processes(args, count):
-  """[(name, median measured, [each process' measured], predicted,
-  auto_mtf)]: every config measured in `count` fresh processes (the peak
-  is the same on every run of one session but moves between processes:
-  when several ops are ready, which the executor runs first)."""
+  """Every config measured in `count` fresh processes.
+
+  A process's peak is the same on every step of its session but moves
+  between processes, so each config's figure is the lower median of
+  `count` processes.
+
+  Args:
+    args: main's parsed arguments (--forward, --config are passed on).
+    count: the number of processes.
+  Returns:
+    [(name, median measured, [each process' measured], predicted,
+    auto_mtf)], bytes per device.
+  """
   runs = []
   for _ in range(count):
     argv = [sys.executable, os.path.abspath(__file__), "--format", "csv"]
     argv += ["--forward"] if args.forward else []
     for name in args.config or []:
       argv += ["--config", name]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=True)
-    lines = [l for l in proc.stdout.splitlines() if l and ":" not in l]
-    runs.append(list(csv.DictReader(io.StringIO("\n".join(lines)))))
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode:
+      raise SystemExit("benchmarks/memory.py: a measuring process failed: %s"
+                       % proc.stderr.strip().splitlines()[-1:])
+    lines = proc.stdout.splitlines()
+    table = lines[lines.index(",".join(COLUMNS)):]
+    runs.append(list(csv.DictReader(table[:table.index("")])))
   out = []
   for rows in zip(*runs):
+    names = {r["config"] for r in rows}
+    assert len(names) == 1 and len(set(map(len, runs))) == 1, names
     each = [int(r["measured"]) for r in rows]
     out.append((rows[0]["config"], statistics.median_low(each), each,
                 int(rows[0]["predicted"]), int(rows[0]["auto_mtf"])))

@@ -36,6 +36,29 @@ def _recomputes(config):
                            if key.endswith(".strategy")))
 
 
+def applicable(model, mesh):
+  """The strategies of planner.STRATEGIES that apply to every attention
+  layer of `model` on `mesh` (perf.parse_mesh's dict): those Auto may
+  pick, or a gin may bind."""
+  b, p = model.batch // mesh["batch"], mesh["model"]
+  return [strategy for strategy in planner.STRATEGIES
+          if all(planner.applies(strategy, att, b, n, p)
+                 for _, att, n, _ in planner.attentions(model))]
+
+
+def smallest_forward(model, mesh_shape, impl, layout=None, decode=False):
+  """memory.predict_forward's smallest total over the applicable
+  strategies (bytes per device), or None when none applies."""
+  totals = []
+  for strategy in applicable(model, perf.parse_mesh(mesh_shape)):
+    try:
+      totals.append(memory.predict_forward(
+          model, mesh_shape, impl, layout, strategy, decode)["total"])
+    except ValueError:
+      continue
+  return min(totals) if totals else None
+
+
 def smallest(gin_files, gin_params, hardware):
   """(bytes per device of the best strategy, mesh_shape, devices), or None
   when the gin files are not a model perf.py reads or the mesh has other
@@ -52,20 +75,17 @@ def smallest(gin_files, gin_params, hardware):
     recompute = _recomputes(config)
   except (ValueError, TypeError, KeyError):
     return None
-  b, p = model.batch // mesh["batch"], mesh["model"]
-  options = [(strategy, False) for strategy in planner.STRATEGIES]
+  options = [(strategy, False) for strategy in applicable(model, mesh)]
   if recompute:
     options.append(("heads_parallel", True))
   totals = []
   for strategy, recomputed in options:
-    if all(planner.applies(strategy, att, b, n, p)
-           for _, att, n, _ in planner.attentions(model)):
-      try:
-        totals.append(memory.predict(
-            model, mesh_shape, impl, strategy, recompute=recomputed,
-            dropout=dropout, layout=layout)["total"])
-      except ValueError:
-        continue
+    try:
+      totals.append(memory.predict(
+          model, mesh_shape, impl, strategy, recompute=recomputed,
+          dropout=dropout, layout=layout)["total"])
+    except ValueError:
+      continue
   if not totals:
     return None
   return min(totals), mesh_shape, mesh["batch"] * mesh["model"]

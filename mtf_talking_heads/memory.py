@@ -51,9 +51,9 @@ description (perf.Model, perf.Attention, perf.Implementation) it reads:
   backward pass, one layer at a time).
 
 docs/costs.md ("Memory model") gives the measured check: every prediction
-within 20% of TensorFlow's allocator peak on CPU (benchmarks/memory.py),
-of a training step (predict) and of an eval's forward pass
-(predict_forward, --forward).
+within 20% of TensorFlow's allocator peak on CPU (benchmarks/memory.py,
+the median of 3 processes), of a training step (predict) and of an
+eval's forward pass (predict_forward, --forward).
 
 Example (the measured 2-layer talking-heads LM of tests/test_memory.py,
 float32 on one CPU):
@@ -352,19 +352,7 @@ def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
   Raises:
     ValueError: naming the bad argument.
   """
-  if not isinstance(model, perf.Model):
-    raise ValueError("model must be a perf.Model, got %r" % (model,))
-  impl = implementation(impl)
-  strategy = strategy or "heads_parallel"
-  if strategy not in STRATEGY_CORES:
-    raise ValueError("strategy %r has no memory model; choose one of: %s"
-                     % (strategy, ", ".join(STRATEGY_CORES)))
-  mesh = perf.parse_mesh(mesh_shape)
-  if model.batch % mesh["batch"]:
-    raise ValueError("batch %d is not divisible by the mesh's batch axis "
-                     "(%d); choose a --mesh_shape whose batch size divides "
-                     "it" % (model.batch, mesh["batch"]))
-  b, p = model.batch // mesh["batch"], mesh["model"]
+  impl, strategy, b, p = _per_device(model, mesh_shape, impl, strategy)
   e = impl.activation_bytes
   weights, slots, largest_weight = state_elements(model, p, layout)
   kept = core = 0.0
@@ -374,7 +362,7 @@ def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
     layer_kept = layer_core = 0.0
     for placement, m in placements:
       att = getattr(model, placement)
-      s = strategy if att.variant != spec_lib.BILINEAR else "heads_parallel"
+      s = _layer_strategy(att, strategy)
       roles = split_roles(att, layout)
       k_bytes, c_bytes = attention_kept(att, model.d_model, n, m, b, p, impl,
                                         s, recompute, dropout, roles)
@@ -414,7 +402,10 @@ def forward_attention(att, d_model, n, m, b, p, strategy="heads_parallel",
   dynamic R tensors, and two of its largest n x m x heads tensors (a
   projection's or the softmax's input and output), three with dynamic
   projections (a dynamic term's own n x m x heads product, added to J or
-  W); general bilinear X.P in place of Q, K, V.
+  W); general bilinear X.P in place of Q, K, V.  The split strategies
+  re-lay Q, K and V for the core, so the heads-split copy of the largest
+  (batch splits) or of K and V (query splits, which gather them) is live
+  beside it.
 
   Args:
     att, d_model, n, m, b, p: as attention_kept.
@@ -426,17 +417,58 @@ def forward_attention(att, d_model, n, m, b, p, strategy="heads_parallel",
   core = STRATEGY_CORES[strategy]
   roles = split_roles(att) if roles is None else roles
   x = b * n * d_model
-  core_live = (3 if att.dynamic else 2) * _largest_core(att, b, n, m, p, core,
-                                                  roles)
+  core_live = ((3 if att.dynamic else 2) *
+               _largest_core(att, b, n, m, p, core, roles))
   if att.variant == spec_lib.BILINEAR:
-    return x + b * n * d_model * att.heads * _share("heads", roles, p, core) \
-        + core_live
+    return (x + b * n * d_model * att.heads * _share("heads", roles, p, core)
+            + core_live)
   q, k, v, _ = _qkvo(att, b, n, m, p, core, roles)
-  return x + q + k + v + _dynamic_elements(att, b, n, m, p, roles) + core_live
+  relaid = 0.0
+  if core in ("split", "layer"):
+    relaid = max(q, k, v)
+  elif core == "gather":  # the heads-split K and V, gathered whole
+    relaid = sum(_qkvo(att, b, n, m, p, "heads", roles)[1:3])
+  return (x + q + k + v + relaid + _dynamic_elements(att, b, n, m, p, roles)
+          + core_live)
+
+
+def decode_caches(att, d_model, m, b, p, roles=None):
+  """Elements of one attention layer's decoding state, per device: K and V
+  of its m memory positions and the memory-dependent R tensors (what the
+  layer records in "first_part" and keeps while decoding)."""
+  del d_model  # the cache's size does not depend on it
+  roles = split_roles(att) if roles is None else roles
+  if att.variant == spec_lib.BILINEAR:
+    return 0.0
+  _, k, v, _ = _qkvo(att, b, 1, m, p, "heads", roles)
+  return k + v + _dynamic_elements(att, b, 0, m, p, roles)  # R_M: m rows
+
+
+def _per_device(model, mesh_shape, impl, strategy):
+  """(Implementation, strategy, examples per device b, model axis p), the
+  arguments predict and predict_forward share, checked."""
+  if not isinstance(model, perf.Model):
+    raise ValueError("model must be a perf.Model, got %r" % (model,))
+  impl = implementation(impl)
+  strategy = strategy or "heads_parallel"
+  if strategy not in STRATEGY_CORES:
+    raise ValueError("strategy %r has no memory model; choose one of: %s"
+                     % (strategy, ", ".join(STRATEGY_CORES)))
+  mesh = perf.parse_mesh(mesh_shape)
+  if model.batch % mesh["batch"]:
+    raise ValueError("batch %d is not divisible by the mesh's batch axis "
+                     "(%d); choose a --mesh_shape whose batch size divides "
+                     "it" % (model.batch, mesh["batch"]))
+  return impl, strategy, model.batch // mesh["batch"], mesh["model"]
+
+
+def _layer_strategy(att, strategy):
+  """General bilinear always runs heads-parallel."""
+  return strategy if att.variant != spec_lib.BILINEAR else "heads_parallel"
 
 
 def predict_forward(model, mesh_shape="batch:1", impl="mtf_th", layout=None,
-                    strategy=None):
+                    strategy=None, decode=False):
   """Predicted bytes per device of one forward pass (eval, decode).
 
   No gradients, optimizer slots or activations kept for a backward pass:
@@ -445,12 +477,14 @@ def predict_forward(model, mesh_shape="batch:1", impl="mtf_th", layout=None,
            the decoder's encdec attention reads) + the largest of: an
            attention layer at its core (forward_attention), a feed-forward
            layer (X, and the hidden layer before and after the ReLU, or
-           the norm's output and the hidden layer before it) and the final
-           norm's output with the logits and their log-softmax.
+           the norm's output and the hidden layer before it) and the last
+           stack's output with the logits and their log-softmax.
 
-  An upper bound for incremental decoding, which runs one position at a
-  time on a key/value cache smaller than a full pass's K and V.  Checked
-  against TensorFlow's allocator on CPU (benchmarks/memory.py --forward).
+  decode=True adds every decoder layer's decoding state (decode_caches:
+  each attention layer's K and V over its memory), which mtf's
+  sample_autoregressive records in its full-length first pass and keeps
+  while it decodes.  Checked against TensorFlow's allocator on CPU for
+  eval (benchmarks/memory.py --forward); decoding is not measured.
 
   Example (the 2-layer LM of the module docstring, float32): X, Q, K, V
   (8 x 32 x (32 + 3 x 4 x 16) floats) and two 8 x 32 x 32 x 4 tensors are
@@ -465,39 +499,33 @@ def predict_forward(model, mesh_shape="batch:1", impl="mtf_th", layout=None,
 
   Args:
     model, mesh_shape, impl, layout, strategy: as predict().
+    decode: count the decoding state too.
   Returns:
     dict of bytes per device: weights, activations, total.
   Raises:
     ValueError: naming the bad argument.
   """
-  if not isinstance(model, perf.Model):
-    raise ValueError("model must be a perf.Model, got %r" % (model,))
-  impl = implementation(impl)
-  strategy = strategy or "heads_parallel"
-  if strategy not in STRATEGY_CORES:
-    raise ValueError("strategy %r has no memory model; choose one of: %s"
-                     % (strategy, ", ".join(STRATEGY_CORES)))
-  mesh = perf.parse_mesh(mesh_shape)
-  if model.batch % mesh["batch"]:
-    raise ValueError("batch %d is not divisible by the mesh's batch axis "
-                     "(%d)" % (model.batch, mesh["batch"]))
-  b, p = model.batch // mesh["batch"], mesh["model"]
+  impl, strategy, b, p = _per_device(model, mesh_shape, impl, strategy)
   e = impl.activation_bytes
   earlier = peak = 0.0
-  x = 0.0
-  for _, n, placements in stacks(model):
+  for stack, n, placements in stacks(model):
     x = b * n * model.d_model
     h = b * n * model.d_ff / p
     layer = x + h + max(x, h)
+    state = 0.0
     for placement, m in placements:
       att = getattr(model, placement)
-      s = strategy if att.variant != spec_lib.BILINEAR else "heads_parallel"
-      layer = max(layer, forward_attention(att, model.d_model, n, m, b, p, s,
-                                           split_roles(att, layout)))
-    peak = max(peak, earlier + layer * e)
-    earlier += x * e
+      roles = split_roles(att, layout)
+      layer = max(layer, forward_attention(
+          att, model.d_model, n, m, b, p, _layer_strategy(att, strategy),
+          roles))
+      if decode and stack == "decoder":
+        state += model.num_layers * decode_caches(att, model.d_model, m, b,
+                                                  p, roles)
+    peak = max(peak, earlier + (state + layer) * e)
+    earlier += (x + state) * e
   logits = b * loss_positions(model) * model.vocab / p
-  peak = max(peak, earlier + (x + 2 * logits) * e)
+  peak = max(peak, earlier + 2 * logits * e)
   weights = state_elements(model, p, layout)[0] * MASTER_BYTES
   return collections.OrderedDict([("weights", weights),
                                   ("activations", peak),

@@ -6,7 +6,7 @@ The measured cases are 2 of memory_measure.CONFIGS' 16 (benchmarks/memory.py
 runs all, docs/costs.md records the run): one device, and a split strategy
 on four devices.  The benchmark has the rest: the batch x model mesh (27 s
 more here), auto_mtf's estimate (its scheduler is slow) and the recomputed
-core (its measured peak moves by 30% from run to run, docs/costs.md).
+core (its measured peak moves most between processes, docs/costs.md).
 RecomputeCore's gradients are checked against
 the core it recomputes.
 """
@@ -132,6 +132,32 @@ def test_forward_prediction_within_20_percent_of_allocator_peak(
   """predict_forward (what eval and decode check before they start)."""
   m, p = measured_forward[name]
   assert 0.8 <= p / m <= 1.2, (name, m, p)
+
+
+def test_doctests():
+  import doctest  # pylint: disable=g-import-not-at-top
+  assert doctest.testmod(memory).failed == 0
+
+
+def test_forward_takes_the_strategy_auto_may_pick_and_decode_its_caches():
+  """The eval/decode pre-flight prices the smallest applicable strategy
+  (heads-parallel talking heads keeps W whole; a split strategy does not),
+  and a decode adds every decoder layer's K and V."""
+  from mtf_talking_heads import fit_check  # pylint: disable=g-import-not-at-top
+  model = _lm("talking_heads", heads=8, d_k=16, batch=8, length=64, layers=2)
+  heads = memory.predict_forward(model, "model:4", F32)["total"]
+  split = memory.predict_forward(model, "model:4", F32,
+                                 strategy="batch_split")["total"]
+  assert split < heads / 2
+  assert fit_check.smallest_forward(model, "model:4", F32) == min(
+      memory.predict_forward(model, "model:4", F32, strategy=s)["total"]
+      for s in fit_check.applicable(model, {"batch": 1, "model": 4}))
+  # 2 layers x (K + V) x 8 x 64 x 8 heads x 16 / 4 devices, float32
+  caches = 2 * 2 * 8 * 64 * 8 * 16 / 4 * 4
+  eval_, decode = (memory.predict_forward(model, "model:4", F32,
+                                          decode=d)["activations"]
+                   for d in (False, True))
+  assert decode == eval_ + caches
 
 
 def test_measured_layers_have_weights_of_their_own():

@@ -122,6 +122,24 @@ def test_nothing_fits_one_line_and_status_1(capsys):
       "slice)\n")
 
 
+def test_bert_768_heads_fits_nowhere_as_docs_costs_md_says(capsys):
+  """docs/costs.md quotes this line for the 768-head BERT row (dropout 0.1:
+  no recomputed core) on a v3-32."""
+  status, out, err = _cli(
+      ["--gin_file", "experiments/bert_heads/10_talking_heads_768_1.gin",
+       "--hardware", "tpu_v3", "--devices", "32"], capsys)
+  line = err.strip()
+  assert status == 1 and not out
+  assert line == (
+      "mtf_th plan: nothing fits: the smallest is 302.76 GiB per device "
+      "(batch:16,model:2, batch_split) against 14.40 GiB usable of 16.00 GiB "
+      "on tpu_v3 (10% margin), batch 256 on 32 devices; it would fit with "
+      "--batch 8 (0.25 per device) or --devices 1024 (a larger slice)")
+  with open(os.path.join(os.path.dirname(__file__), "..", "docs",
+                         "costs.md")) as f:
+    assert line in " ".join(f.read().split())
+
+
 def test_recompute_rows_trade_memory_for_time():
   model = perf.model_from_gin([TH24])
   cands = {(c.mesh_shape, c.recompute): c

@@ -208,8 +208,9 @@ def tpu(name, zone=None, project=None, lookup_secs=1.0):
 def forward_memory(model_dir, gin_files, gin_params, what):
   """Refuses an eval or decode on this machine's CPU whose forward pass is
   predicted not to fit in its RAM (memory.predict_forward per logical
-  device, the mesh's devices sharing the RAM, planner.DEFAULT_MARGIN left
-  free), before TensorFlow is imported.  Reads the gin files, else
+  device, the smallest over the strategies Auto may pick, a decode's
+  key/value caches included; the mesh's devices sharing the RAM,
+  planner.DEFAULT_MARGIN left free), before TensorFlow is imported.  Reads the gin files, else
   <model_dir>/operative_config.gin; a configuration perf.py cannot read is
   left to the command (as fit_check does for train).
 
@@ -218,6 +219,7 @@ def forward_memory(model_dir, gin_files, gin_params, what):
   Raises:
     commands.UsageError: one line with both sizes and what to lower.
   """
+  from mtf_talking_heads import fit_check  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import gin_paths  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import memory  # pylint: disable=g-import-not-at-top
@@ -231,9 +233,12 @@ def forward_memory(model_dir, gin_files, gin_params, what):
     model = perf.model_from_gin(files, list(gin_params) + extra)
     mesh_shape = config.get("mesh_shape", "model:1")
     mesh = perf.parse_mesh(mesh_shape)
-    total = memory.predict_forward(model, mesh_shape, "mtf_th_float32",
-                                   config.get("layout", None))["total"]
+    total = fit_check.smallest_forward(
+        model, mesh_shape, "mtf_th_float32", config.get("layout", None),
+        decode=what == "decode")
   except (OSError, ValueError, TypeError, KeyError):
+    return
+  if total is None:
     return
   devices = mesh["batch"] * mesh["model"]
   usable = planner.usable_bytes("cpu", devices)
