@@ -107,6 +107,15 @@ def gin_params(row):
   return row.split(" [")[1][:-1].split("; ") if " [" in row else []
 
 
+def row_depth(row):
+  """The row's layers per stack (its num_layers), read from its gin text."""
+  from mtf_talking_heads import gin_paths  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
+  config = gin_text.GinConfig(gin_files(row), gin_params(row),
+                              gin_paths.gin_dir())
+  return config.require("num_layers", row)
+
+
 def case_name(row, params):
   return "%s [%s]" % (row, "; ".join(params)) if params else row
 
@@ -377,7 +386,7 @@ def planner_mesh(layout, mesh):
   return "batch:%d,model:%d" % (b, p), dims
 
 
-def price(model, mesh_shape, dims):
+def price(model, mesh_shape, dims, dropout=False):
   """(memory.py bytes, perf.py step seconds or None) of a heads-parallel
   model on mesh_shape with `dims` on its model axis; the step time only
   when that is the planner's layout (perf.py prices no other)."""
@@ -386,7 +395,7 @@ def price(model, mesh_shape, dims):
   from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
   p = perf.parse_mesh(mesh_shape)["model"]
   rules = ",".join(["batch:batch"] + ["%s:model" % d for d in dims])
-  total = memory.predict(model, mesh_shape, IMPLEMENTATION,
+  total = memory.predict(model, mesh_shape, IMPLEMENTATION, dropout=dropout,
                          layout=rules)["total"]
   planned = {r for r in planner.layout(model, p).split(",")}
   step = None
@@ -406,8 +415,12 @@ def case_row(row, devices, layers, graph, search, build_s, time_limit):
   search.model_s = search.solve_s = search.units = 0.0
   found = search.run(devices)
   search_s = time.process_time() - start
+  from mtf_talking_heads.commands import plan as plan_command  # pylint: disable=g-import-not-at-top
   model = perf.model_from_gin(gin_files(row), gin_params(row),
                               vocab=graph.vocab)
+  # as `mtf_th plan` reads it: dropout keeps a mask and rules out
+  # recomputing the core (BERT's 0.1)
+  dropout = plan_command.dropout_on(gin_files(row), gin_params(row))
   auto = ("n/a",) * 6  # no mesh shape solved within the limit
   if found is not None:
     layout, mesh, estimate = found
@@ -415,12 +428,13 @@ def case_row(row, devices, layers, graph, search, build_s, time_limit):
             "%.2f" % (estimate / GiB), "n/a", "n/a", "n/a")
     translated = planner_mesh(layout, mesh)
     if translated is not None:
-      total, step = price(model, *translated)
+      total, step = price(model, *translated, dropout=dropout)
       auto = auto[:3] + (
           "%.2f" % (total / GiB), "n/a" if step is None else "%.4f" % step,
           "yes" if total <= planner.usable_bytes(HARDWARE, devices)
           else "no")
-  best = planner.plan(model, HARDWARE, devices, IMPLEMENTATION)[0]
+  best = planner.plan(model, HARDWARE, devices, IMPLEMENTATION,
+                      dropout=dropout)[0]
   return (row, devices, layers) + auto + (
       best.mesh_shape, best.strategy + ("+recompute" if best.recompute
                                         else ""),
@@ -490,6 +504,13 @@ def main(argv=None):
   if args.search_layers is not None and args.search_layers < 1:
     parser.error("--search_layers must be a positive integer, got %d" %
                  args.search_layers)
+  if args.search_layers is not None:
+    for row in args.rows or ROWS:
+      depth = row_depth(case_name(row, args.gin_param))
+      if args.search_layers >= depth:
+        parser.error("--search_layers %d is not fewer than %s's %d layers "
+                     "per stack; leave --search_layers out to search the "
+                     "row's own depth" % (args.search_layers, row, depth))
   devices = tuple(args.devices or DEVICES)
   for d in devices:  # auto_mtf's mesh shapes are powers of two
     if d < 1 or d & (d - 1):

@@ -13,9 +13,19 @@ measured, and mesh-tensorflow's auto_mtf MemoryEstimator on the same mtf
 graph (the peak of its per-device tensor sizes under auto_mtf's own
 scheduler, memory_measure.auto_mtf_peak) with its ratio to the measurement.
 The last line gives the worst |ratio - 1| of each.  docs/costs.md records
-a run.  --format csv for a CSV table.
+a run.  --format csv for a CSV table.  --processes N: each config in N
+fresh processes, the median reported (measured_range: all N; the peak is
+the same on every step of one session but moves between processes).
+--forward: an eval's forward pass (the loss only: no gradients, no
+optimizer) against memory.predict_forward, the figure `mtf_th eval` and
+`decode` check before they start.
 """
 import argparse
+import csv
+import io
+import os
+import statistics
+import subprocess
 import sys
 
 from mtf_talking_heads import compat
@@ -24,19 +34,58 @@ COLUMNS = ("config", "measured", "predicted", "ratio", "auto_mtf",
            "auto_mtf_ratio")
 
 
+def in_processes(args, count):
+  """[(name, median measured, [each process' measured], predicted,
+  auto_mtf)]: every config measured in `count` fresh processes (the peak
+  is the same on every run of one session but moves between processes:
+  when several ops are ready, which the executor runs first)."""
+  runs = []
+  for _ in range(count):
+    argv = [sys.executable, os.path.abspath(__file__), "--format", "csv"]
+    argv += ["--forward"] if args.forward else []
+    for name in args.config or []:
+      argv += ["--config", name]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=True)
+    lines = [l for l in proc.stdout.splitlines() if l and ":" not in l]
+    runs.append(list(csv.DictReader(io.StringIO("\n".join(lines)))))
+  out = []
+  for rows in zip(*runs):
+    each = [int(r["measured"]) for r in rows]
+    out.append((rows[0]["config"], statistics.median_low(each), each,
+                int(rows[0]["predicted"]), int(rows[0]["auto_mtf"])))
+  return out
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--format", choices=("md", "csv"), default="md")
   parser.add_argument("--config", action="append",
                       help="only these CONFIGS names (repeatable)")
+  parser.add_argument("--forward", action="store_true",
+                      help="an eval's forward pass against "
+                      "memory.predict_forward, not a training step")
+  parser.add_argument("--processes", type=int, default=1, metavar="N",
+                      help="measure each config in N fresh processes and "
+                      "report the median (the range in its own column)")
   args = parser.parse_args(argv)
-  compat.split_cpu(4)
+  if args.processes < 1:
+    parser.error("--processes must be a positive integer, got %d"
+                 % args.processes)
   from mtf_talking_heads import commands  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
-  table = memory_measure.compare(args.config)
-  cells = [(n, m, int(p), "%.3f" % (p / m), int(a), "%.3f" % (a / m))
-           for n, m, p, a in table]
-  sys.stdout.write(commands.format_table(COLUMNS, cells, args.format,
+  if args.processes > 1:
+    table = in_processes(args, args.processes)
+    columns = COLUMNS[:2] + ("measured_range",) + COLUMNS[2:]
+    cells = [(n, m, "%d-%d" % (min(e), max(e)), p, "%.3f" % (p / m), a,
+              "%.3f" % (a / m)) for n, m, e, p, a in table]
+    table = [(n, m, p, a) for n, m, _, p, a in table]
+  else:
+    compat.split_cpu(4)
+    from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
+    table = memory_measure.compare(args.config, forward=args.forward)
+    columns = COLUMNS
+    cells = [(n, m, int(p), "%.3f" % (p / m), int(a), "%.3f" % (a / m))
+             for n, m, p, a in table]
+  sys.stdout.write(commands.format_table(columns, cells, args.format,
                                          text_columns=("config",)))
   worst = max(table, key=lambda r: abs(r[2] / r[1] - 1))
   worst_a = max(table, key=lambda r: abs(r[3] / r[1] - 1))

@@ -51,7 +51,9 @@ description (perf.Model, perf.Attention, perf.Implementation) it reads:
   backward pass, one layer at a time).
 
 docs/costs.md ("Memory model") gives the measured check: every prediction
-within 20% of TensorFlow's allocator peak on CPU (benchmarks/memory.py).
+within 20% of TensorFlow's allocator peak on CPU (benchmarks/memory.py),
+of a training step (predict) and of an eval's forward pass
+(predict_forward, --forward).
 
 Example (the measured 2-layer talking-heads LM of tests/test_memory.py,
 float32 on one CPU):
@@ -61,7 +63,7 @@ float32 on one CPU):
   ...                         relative_bias=False)
   >>> r = predict(model, "batch:1", "mtf_th_float32")
   >>> r["core"]  # 2 layers x (J, W, U) x 8 x 32 x 32 x 4 x 4 bytes
-  786432
+  786432.0
 """
 import collections
 import math
@@ -285,6 +287,17 @@ def attention_kept(att, d_model, n, m, b, p, impl, strategy="heads_parallel",
     kept += 2.0 * b * n * d_model * att.heads * share  # X.P and W.M
     a = 0.0 if recompute else _core_elements(att, b, n, m, p, core, roles)
     return kept * e, a * ec
+  q, k, v, o = _qkvo(att, b, n, m, p, core, roles)
+  kept += q + k + v + o + _dynamic_elements(att, b, n, m, p, roles)
+  a = 0.0 if recompute else _core_elements(att, b, n, m, p, core, roles)
+  if dropout and not recompute:
+    a += b * n * m * att.heads_v * _share("heads_v", roles, p, core)
+  return kept * e, a * ec
+
+
+def _qkvo(att, b, n, m, p, core, roles):
+  """Elements of Q, K, V and O of one attention layer, per device (the
+  query splits' K and V gathered whole)."""
   qk, qv = _share("heads_k", roles, p, "heads"), _share("heads_v", roles, p,
                                                          "heads")
   q = b * n * att.heads_k * att.d_k * qk
@@ -293,18 +306,20 @@ def attention_kept(att, d_model, n, m, b, p, impl, strategy="heads_parallel",
   o = b * n * att.heads_v * att.d_v * qv
   if core == "gather":  # K and V gathered whole for the core's gradients
     k, v = b * m * att.heads_k * att.d_k, b * m * att.heads_v * att.d_v
-  kept += q + k + v + o
+  return q, k, v, o
+
+
+def _dynamic_elements(att, b, n, m, p, roles):
+  """Elements of the dynamic projections' R tensors, per device."""
+  out = 0.0
   for term in att.dynamic:  # R[rows, heads_in, heads_out], split like J / U
     rows = n if term[0] == "x" else m
     pair = (att.heads_k * att.heads if term[-1] == "l"
             else att.heads * att.heads_v)
     role = "heads_k" if term[-1] == "l" else "heads_v"
-    kept += b * rows * pair / (att.groups or 1) * _share(role, roles, p,
-                                                         "heads")
-  a = 0.0 if recompute else _core_elements(att, b, n, m, p, core, roles)
-  if dropout and not recompute:
-    a += b * n * m * att.heads_v * _share("heads_v", roles, p, core)
-  return kept * e, a * ec
+    out += b * rows * pair / (att.groups or 1) * _share(role, roles, p,
+                                                        "heads")
+  return out
 
 
 def _largest_core(att, b, n, m, p, core, roles):
@@ -390,35 +405,66 @@ def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
   return out
 
 
-def predict_forward(model, mesh_shape="batch:1", impl="mtf_th", layout=None):
+def forward_attention(att, d_model, n, m, b, p, strategy="heads_parallel",
+                      roles=None):
+  """Elements one attention layer holds at its forward peak, per device.
+
+  Nothing is kept for a backward pass, so at the core's peak the layer
+  holds its input X (the residual), Q, K, V (in the strategy's layout), the
+  dynamic R tensors, and two of its largest n x m x heads tensors (a
+  projection's or the softmax's input and output), three with dynamic
+  projections (a dynamic term's own n x m x heads product, added to J or
+  W); general bilinear X.P in place of Q, K, V.
+
+  Args:
+    att, d_model, n, m, b, p: as attention_kept.
+    strategy: a key of STRATEGY_CORES.
+    roles: split_roles(att, layout) (None: perf.py's layout).
+  Returns:
+    elements (multiply by the activation bytes).
+  """
+  core = STRATEGY_CORES[strategy]
+  roles = split_roles(att) if roles is None else roles
+  x = b * n * d_model
+  core_live = (3 if att.dynamic else 2) * _largest_core(att, b, n, m, p, core,
+                                                  roles)
+  if att.variant == spec_lib.BILINEAR:
+    return x + b * n * d_model * att.heads * _share("heads", roles, p, core) \
+        + core_live
+  q, k, v, _ = _qkvo(att, b, n, m, p, core, roles)
+  return x + q + k + v + _dynamic_elements(att, b, n, m, p, roles) + core_live
+
+
+def predict_forward(model, mesh_shape="batch:1", impl="mtf_th", layout=None,
+                    strategy=None):
   """Predicted bytes per device of one forward pass (eval, decode).
 
   No gradients, optimizer slots or activations kept for a backward pass:
 
     peak = weights + the outputs of earlier stacks (the encoder's, which
-           the decoder's encdec attention reads) + the largest of: one
-           layer's live tensors (attention: its input, norm, output, Q, K,
-           V, O and two n x m x heads tensors, a projection's or the
-           softmax's input and output; feed-forward: 3 X and the hidden
-           layer before and after the ReLU) and the logits with their
-           log-softmax.
+           the decoder's encdec attention reads) + the largest of: an
+           attention layer at its core (forward_attention), a feed-forward
+           layer (X, and the hidden layer before and after the ReLU, or
+           the norm's output and the hidden layer before it) and the final
+           norm's output with the logits and their log-softmax.
 
   An upper bound for incremental decoding, which runs one position at a
-  time on a key/value cache smaller than a full pass's K and V.
+  time on a key/value cache smaller than a full pass's K and V.  Checked
+  against TensorFlow's allocator on CPU (benchmarks/memory.py --forward).
 
-  Example (the 2-layer LM of the module docstring, float32): the attention
-  layer's 3 X + Q, K, V, O (8 x 32 x (3 x 32 + 4 x 4 x 16) floats) and two
-  8 x 32 x 32 x 4 tensors are 622592 bytes, more than the logits
-  (2 x 8 x 32 x 128 floats) and the feed-forward layer:
+  Example (the 2-layer LM of the module docstring, float32): X, Q, K, V
+  (8 x 32 x (32 + 3 x 4 x 16) floats) and two 8 x 32 x 32 x 4 tensors are
+  491520 bytes, more than the logits (X + 2 x 8 x 32 x 128 floats) and the
+  feed-forward layer:
 
   >>> att = perf.make_attention("talking_heads", 4, 16, heads_k=4, heads_v=4)
   >>> model = perf.make_model("lm", 2, 32, 64, 128, 8, 32, 32, dec_self=att,
   ...                         relative_bias=False)
   >>> predict_forward(model, "batch:1", "mtf_th_float32")["activations"]
-  622592.0
+  491520.0
 
   Args:
-    model, mesh_shape, impl, layout: as predict().
+    model, mesh_shape, impl, layout, strategy: as predict().
   Returns:
     dict of bytes per device: weights, activations, total.
   Raises:
@@ -427,6 +473,10 @@ def predict_forward(model, mesh_shape="batch:1", impl="mtf_th", layout=None):
   if not isinstance(model, perf.Model):
     raise ValueError("model must be a perf.Model, got %r" % (model,))
   impl = implementation(impl)
+  strategy = strategy or "heads_parallel"
+  if strategy not in STRATEGY_CORES:
+    raise ValueError("strategy %r has no memory model; choose one of: %s"
+                     % (strategy, ", ".join(STRATEGY_CORES)))
   mesh = perf.parse_mesh(mesh_shape)
   if model.batch % mesh["batch"]:
     raise ValueError("batch %d is not divisible by the mesh's batch axis "
@@ -434,20 +484,20 @@ def predict_forward(model, mesh_shape="batch:1", impl="mtf_th", layout=None):
   b, p = model.batch // mesh["batch"], mesh["model"]
   e = impl.activation_bytes
   earlier = peak = 0.0
+  x = 0.0
   for _, n, placements in stacks(model):
     x = b * n * model.d_model
-    layer = (3 * x + 2 * b * n * model.d_ff / p) * e
+    h = b * n * model.d_ff / p
+    layer = x + h + max(x, h)
     for placement, m in placements:
       att = getattr(model, placement)
-      roles = split_roles(att, layout)
-      kept = attention_kept(att, model.d_model, n, m, b, p, impl,
-                            recompute=True, roles=roles)[0]
-      core = _largest_core(att, b, n, m, p, "heads", roles)
-      layer = max(layer, kept + 2 * core * impl.core_bytes)
-    peak = max(peak, earlier + layer)
+      s = strategy if att.variant != spec_lib.BILINEAR else "heads_parallel"
+      layer = max(layer, forward_attention(att, model.d_model, n, m, b, p, s,
+                                           split_roles(att, layout)))
+    peak = max(peak, earlier + layer * e)
     earlier += x * e
-  logits = b * loss_positions(model) * model.vocab / p * e
-  peak = max(peak, earlier + 2 * logits)
+  logits = b * loss_positions(model) * model.vocab / p
+  peak = max(peak, earlier + (x + 2 * logits) * e)
   weights = state_elements(model, p, layout)[0] * MASTER_BYTES
   return collections.OrderedDict([("weights", weights),
                                   ("activations", peak),

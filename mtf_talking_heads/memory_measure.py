@@ -125,15 +125,21 @@ class StepGraph(object):
   """The training step of `config`, lowered on logical CPUs, initialised.
 
   lower=False builds the mtf graph only (mtf_graph, mtf_loss, layout):
-  what auto_mtf reads, at any size.
+  what auto_mtf reads, at any size.  train=False: the forward pass of an
+  eval instead (mode "eval", the loss only: no gradients, no optimizer and
+  so no slot variables).
   """
 
-  def __init__(self, config, lower=True):
+  def __init__(self, config, lower=True, train=True):
     harness.parse_mtf_defaults()
     layer_list = []
     for _ in range(config.num_layers):
       layer_list += [_layer(config),
                      transformer_layers.DenseReluDense(hidden_size=config.d_ff)]
+    # a LayerStack's unnamed layers share one variable scope, so each
+    # block's layers would reuse the first block's weights
+    for i, layer in enumerate(layer_list):
+      layer.set_name("layer_%03d" % i)
     mesh_shape = _mesh_string(config)
     layout = mtf.convert_to_layout_rules(full_layout(config, layer_list[0]))
     self.layout = layout
@@ -157,11 +163,14 @@ class StepGraph(object):
                                  [batch, length])
       dtype = mtf.VariableDType(tf.float32, tf.float32, tf.float32)
       _, loss = model.call_simple(inputs=ids, targets=ids, compute_loss=True,
-                                  mode="train", variable_dtype=dtype)
-      variables = mtf_graph.trainable_variables
-      grads = mtf.gradients([loss], [v.outputs[0] for v in variables])
-      tf.train.get_or_create_global_step()
-      updates = OPTIMIZERS[config.optimizer]().apply_grads(grads, variables)
+                                  mode="train" if train else "eval",
+                                  variable_dtype=dtype)
+      updates = []
+      if train:
+        variables = mtf_graph.trainable_variables
+        grads = mtf.gradients([loss], [v.outputs[0] for v in variables])
+        tf.train.get_or_create_global_step()
+        updates = OPTIMIZERS[config.optimizer]().apply_grads(grads, variables)
       self.mtf_graph, self.mtf_loss = mtf_graph, loss
       self.mesh_shape = config.mesh_shape
       self.session = None
@@ -172,7 +181,7 @@ class StepGraph(object):
       self.lowering = mtf.Lowering(mtf_graph, {mesh: impl}, autostack=False)
       self.loss = self.lowering.export_to_tf_tensor(loss)
       self.train_op = tf.group([self.lowering.lowered_operation(op)
-                                for op in updates])
+                                for op in updates] or [tf.no_op()])
       self.devices = list(impl.devices)
       self.variable_bytes = self._variable_bytes(mtf_graph)
       init = tf.global_variables_initializer()
@@ -366,23 +375,33 @@ CONFIGS = (
 BASE = dict(d_k=16, num_layers=2, d_model=32, d_ff=64, vocab=128, batch=8)
 
 
-def compare(names=None, auto_mtf=True):
-  """[(name, measured bytes, predicted bytes, auto_mtf bytes or None)]."""
+def compare(names=None, auto_mtf=True, forward=False):
+  """[(name, measured bytes, predicted bytes, auto_mtf bytes or None)].
+
+  forward=True: an eval's forward pass (StepGraph(train=False)) against
+  memory.predict_forward, instead of a training step against
+  memory.predict.
+  """
   from mtf_talking_heads import memory  # pylint: disable=g-import-not-at-top
   out = []
   for name, kw in CONFIGS:
     if names and name not in names:
       continue
     config = MeasureConfig(**dict(BASE, **kw))
-    graph = StepGraph(config)
+    graph = StepGraph(config, train=not forward)
     try:
       measured = measure(config, graph)["peak_bytes"]
       estimated = auto_mtf_peak(graph) if auto_mtf else None
     finally:
       graph.close()
-    predicted = memory.predict(attention_model(config),
-                               config.mesh_shape, "mtf_th_float32",
-                               strategy=config.strategy,
-                               recompute=config.recompute)["total"]
+    model = attention_model(config)
+    if forward:
+      predicted = memory.predict_forward(model, config.mesh_shape,
+                                         "mtf_th_float32",
+                                         strategy=config.strategy)["total"]
+    else:
+      predicted = memory.predict(model, config.mesh_shape, "mtf_th_float32",
+                                 strategy=config.strategy,
+                                 recompute=config.recompute)["total"]
     out.append((name, measured, predicted, estimated))
   return out

@@ -118,3 +118,22 @@ def test_costs_md_shows_what_table_prints(capsys, monkeypatch):
     printed = [l for l in capsys.readouterr().out.splitlines() if l.strip()]
     shown = [l for l in lines[i + 1:] if l.strip()][:len(printed)]
     assert shown == printed, lines[i]
+
+
+def test_search_layers_must_be_fewer_than_the_rows(capsys):
+  """--search_layers at or above a row's depth searches nothing smaller:
+  refused before any graph is built, naming the row and the fix."""
+  bench = _benchmark()
+  assert bench.row_depth("t5_heads/01_multi_head_6_128") == 12
+  assert bench.row_depth(
+      "t5_heads/01_multi_head_6_128 [num_layers = 3]") == 3
+  with pytest.raises(SystemExit) as e:
+    bench.main(["--csv", "unused.csv", "--search_layers", "12",
+                "t5_heads/01_multi_head_6_128"])
+  assert e.value.code == 2
+  err = capsys.readouterr().err.splitlines()[-1]
+  assert err.endswith("--search_layers 12 is not fewer than "
+                      "t5_heads/01_multi_head_6_128's 12 layers per stack; "
+                      "leave --search_layers out to search the row's own "
+                      "depth")
+  assert not os.path.exists("unused.csv")

@@ -1,5 +1,6 @@
 """memory.py: hand-computed cases, and predictions against TensorFlow's
-allocator peak of one training step on logical CPU devices (within 20%).
+allocator peak of one training step, and of one eval's forward pass, on
+logical CPU devices (within 20%).
 
 The measured cases are 2 of memory_measure.CONFIGS' 16 (benchmarks/memory.py
 runs all, docs/costs.md records the run): one device, and a split strategy
@@ -116,6 +117,37 @@ def measured():
 def test_prediction_within_20_percent_of_allocator_peak(measured, name):
   m, p = measured[name]
   assert 0.8 <= p / m <= 1.2, (name, m, p)
+
+
+@pytest.fixture(scope="module")
+def measured_forward():
+  from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
+  return {name: (m, p) for name, m, p, _ in
+          memory_measure.compare(MEASURED, auto_mtf=False, forward=True)}
+
+
+@pytest.mark.parametrize("name", MEASURED)
+def test_forward_prediction_within_20_percent_of_allocator_peak(
+    measured_forward, name):
+  """predict_forward (what eval and decode check before they start)."""
+  m, p = measured_forward[name]
+  assert 0.8 <= p / m <= 1.2, (name, m, p)
+
+
+def test_measured_layers_have_weights_of_their_own():
+  """The measured LM's blocks do not share one scope's variables (unnamed
+  layers of a LayerStack would): its weights are what memory.py counts."""
+  from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
+  config = memory_measure.MeasureConfig(**dict(
+      memory_measure.BASE, variant="talking_heads", heads=4, length=16,
+      mesh_shape="batch:1"))
+  graph = memory_measure.StepGraph(config, lower=False, train=False)
+  names = [v.name for v in graph.mtf_graph.all_variables]
+  assert len([n for n in names if n.endswith("/p_q")]) == 2, names
+  elements = sum(v.shape.size for v in graph.mtf_graph.all_variables)
+  predicted = memory.predict_forward(memory_measure.attention_model(config),
+                                     "batch:1", F32)["weights"]
+  assert elements * 4 == predicted
 
 
 def test_recompute_core_gradients_equal_the_core_it_recomputes():

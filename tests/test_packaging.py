@@ -134,9 +134,11 @@ def test_a_wheel_installs_the_startup_hook_and_it_mends_mtf(installed_wheel,
             "print(s.__file__); "
             "print(sys.modules['mtf_talking_heads.compat'].__file__)"
             % (venv_site, str(site)))
+  # (a PYTHONPATH, e.g. a worktree's, would put its modules before the wheel's)
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
   proc = subprocess.run([sys.executable, "-S", "-c", script],
                         cwd=str(tmp_path), capture_output=True, text=True,
-                        timeout=300)
+                        env=env, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   startup, compat = proc.stdout.splitlines()[-2:]
   assert startup.startswith(str(site)) and compat.startswith(str(site))
