@@ -9,7 +9,8 @@ entirely by the gin files under the repository's ``gin/`` directory::
                             encdec_small (each with a *_tiny)
   gin/attention/            one file per variant (binds the mtf_th layer classes)
   gin/objectives/           span_corruption (T5), mlm (BERT), mlm_sop
-                            (ALBERT), lm_bytes, prefix_lm_bytes
+                            (ALBERT), lm_bytes, prefix_lm_bytes,
+                            span_corruption_bytes, copy_bytes
   gin/layouts/              data_parallel, heads_parallel, batch_model,
                             talking_heads_batch_split
   gin/experiments/<table>/  one file per row of the paper's tables

@@ -6,6 +6,7 @@ What a fine-tuned model scores on them: docs/results.md, "Downstream".
 """
 import collections
 import re
+import socket
 
 import pytest
 import seqio
@@ -108,3 +109,32 @@ def test_registered_with_their_metrics(name):
   # nothing is cut: the tokenized inputs end in EOS within the length
   for ex in examples:
     assert ex["inputs"][-1] == 1 and len(ex["inputs"]) <= LENGTHS["inputs"]
+
+
+def test_copy_task_is_its_inputs_in_bytes_without_the_network(monkeypatch):
+  def refuse(*args, **kwargs):
+    raise AssertionError("th_copy_bytes tried the network: %r" % (args,))
+  monkeypatch.setattr(socket.socket, "connect", refuse)
+  monkeypatch.setattr(socket, "create_connection", refuse)
+  assert downstream.copy_examples(["Return the number of items"], 8) == [
+      {"inputs": p, "targets": p} for p in ("Return t", "he numbe", "r of ite")]
+  # not ASCII, or a space at either end: skipped
+  assert downstream.copy_examples(["caf\u00e9 au lait", " abc def"], 4) == [
+      {"inputs": "lait", "targets": "lait"}]
+  task = seqio.get_mixture_or_task("th_copy_bytes")
+  examples = metrics.task_examples(task, {"inputs": 33, "targets": 33},
+                                   "validation", 4)
+  assert len(downstream.examples(downstream.COPY, "validation")) == 400
+  for ex in examples:
+    text = ex["inputs_pretokenized"].decode()
+    assert len(text) == downstream.COPY_BYTES == 32 and text == text.strip()
+    # bytes + 3 (ByteVocabulary's pad, EOS, UNK), then EOS
+    assert ex["inputs"].tolist() == [b + 3 for b in text.encode()] + [1]
+    assert ex["targets"].tolist() == ex["inputs"].tolist()
+  best = metrics.metric_values(task, examples, [
+      ex["targets_pretokenized"].decode() for ex in examples])
+  half = metrics.metric_values(task, examples, [
+      ex["targets_pretokenized"].decode()[:-1] if i % 2 else
+      ex["targets_pretokenized"].decode() for i, ex in enumerate(examples)])
+  assert best == {"sequence_accuracy": 100.0}
+  assert half == {"sequence_accuracy": 50.0}

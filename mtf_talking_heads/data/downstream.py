@@ -43,6 +43,15 @@ fine-tuned on them stays at the majority class):
                              context: <C>' -> the word after <w> in C.
   (and their _bytes variants)
 
+A diagnostic task, bytes only (not in the mixtures):
+
+  th_copy_bytes              inputs: COPY_BYTES bytes of a document (ASCII,
+                             no leading or trailing space), targets: the
+                             same bytes; scored by exact match (t5's
+                             metrics.sequence_accuracy).  An encoder-decoder
+                             solves it only through its encoder-decoder
+                             attention (docs/results.md, section 3b).
+
 Examples come from the embedded corpus's train and validation documents
 (corpus.py); a validation example whose inputs also occur in train (the
 stdlib repeats some sentences) is dropped, so the splits are disjoint.  They
@@ -69,6 +78,7 @@ CLASSIFICATION = "th_embedded_entailment"
 SPAN = "th_embedded_cloze"
 CONTINUATION = "th_embedded_continuation"
 NEXT_WORD = "th_embedded_next_word"
+COPY = "th_copy"
 TASKS = (CLASSIFICATION, SPAN, CONTINUATION, NEXT_WORD)
 MIXTURE = "th_finetune_embedded"
 BYTES_SUFFIX = "_bytes"
@@ -84,6 +94,8 @@ WINDOW_WORDS = 3  # words of the question's window on each side of the gap
 # its targets 16 bytes.
 MAX_INPUT_BYTES = 159
 MAX_TARGET_BYTES = 15
+COPY_BYTES = 32
+COPY_SLICES_PER_DOCUMENT = 4
 # Examples per split and task (the corpus has ~24k train documents).
 MAX_EXAMPLES = {"train": 20000, "validation": 400}
 
@@ -288,8 +300,31 @@ def cloze_examples(documents):
   return out
 
 
+def copy_examples(documents, length=COPY_BYTES):
+  """Copy examples: inputs and targets the same `length` characters.
+
+  From each document, up to COPY_SLICES_PER_DOCUMENT of its consecutive
+  non-overlapping `length`-character slices that are ASCII (so `length`
+  bytes) and neither start nor end with a space.
+  Example (length 8): "Return the number of items" gives "Return t"
+  ("he numbe" and "r of ite" too).
+  """
+  out = []
+  for doc in documents:
+    kept = 0
+    for start in range(0, len(doc) - length + 1, length):
+      piece = doc[start:start + length]
+      if piece.isascii() and piece == piece.strip():
+        out.append({"inputs": piece, "targets": piece})
+        kept += 1
+        if kept == COPY_SLICES_PER_DOCUMENT:
+          break
+  return out
+
+
 _MAKERS = {CLASSIFICATION: entailment_examples, SPAN: cloze_examples,
-           CONTINUATION: continuation_examples, NEXT_WORD: next_word_examples}
+           CONTINUATION: continuation_examples, NEXT_WORD: next_word_examples,
+           COPY: copy_examples}
 _SPAN_TASKS = (SPAN, NEXT_WORD)
 _CACHE = {}
 
@@ -305,7 +340,8 @@ def examples(task, split):
   if split not in corpus.SPLITS:
     raise ValueError("split must be one of %s, got %r" % (corpus.SPLITS, split))
   if task not in _MAKERS:
-    raise ValueError("task must be one of %s, got %r" % (TASKS, task))
+    raise ValueError("task must be one of %s, got %r"
+                     % (TASKS + (COPY,), task))
   key = (task, split)
   if key not in _CACHE:
     make = _MAKERS[task]
@@ -375,6 +411,8 @@ def register():
     if mixture in seqio.MixtureRegistry.names():
       seqio.MixtureRegistry.remove(mixture)
     seqio.MixtureRegistry.add(mixture, [(cls, _rate), (span, _rate)])
+  _add(COPY + BYTES_SUFFIX, COPY, seqio.ByteVocabulary(),
+       [t5_metrics.sequence_accuracy], None)
 
 
 register()

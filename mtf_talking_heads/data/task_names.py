@@ -12,6 +12,7 @@ the real import: a task registered in data/ must be added to THIS_PACKAGE
 
 # Registered by this package's data modules.
 THIS_PACKAGE = (
+    "th_copy_bytes",
     "th_embedded_cloze",
     "th_embedded_cloze_bytes",
     "th_embedded_continuation",
