@@ -505,7 +505,7 @@ def test_sweep_progress_lines_have_the_runs_eta(tmp_path, monkeypatch):
     seed = 1
 
   proc = subprocess.Popen([sys.executable, "-c", script, model_dir])
-  assert runner._watch(proc, Run, model_dir) == 0  # pylint: disable=protected-access
+  assert runner._watch(proc, Run, model_dir, Log()) == 0  # pylint: disable=protected-access
   periodic = [l for l in lines if "ln(PPL)" not in l]
   assert periodic and periodic[0] == (
       "    04_talking_heads_8 seed 1: step 10/40, loss 4.0000, 2.00 steps/s;"
@@ -560,7 +560,11 @@ def _assert_nothing_half_written(output_dir, model_dir, mid_run):
   checkpoint the `checkpoint` file lists complete (and, `mid_run`, at least
   one), no temporary or lock file, and no run recorded in results.csv."""
   with open(os.path.join(model_dir, "sweep.log")) as f:
-    assert "mtf_th train: interrupted" in f.read()
+    text = f.read()
+  # the sweep waited for the run, which stopped on SIGINT with its own line
+  assert text.endswith("# interrupted: the command stopped on SIGINT (exit "
+                       "status 130)\n"), text[-500:]
+  assert "mtf_th train: interrupted" in text
   log = os.path.join(model_dir, "train_log.csv")
   if mid_run or os.path.exists(log):
     with open(log) as f:
