@@ -466,6 +466,10 @@ def test_eval_and_decode_memory_is_one_forward_pass():
   assert 7.5 < gib < 7.7, gib
   assert memory.predict(base, "model:1", "mtf_th_float32")["total"] > (
       20 * gib * memory.GiB)
+  # decoding it keeps every decoder layer's K and V too (docs/training.md)
+  decode = memory.predict_forward(base, "model:1", "mtf_th_float32",
+                                  decode=True)["total"] / memory.GiB
+  assert 10.0 < decode < 10.1, decode
 
 
 def test_sweep_progress_lines_have_the_runs_eta(tmp_path, monkeypatch):
