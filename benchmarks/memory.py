@@ -96,7 +96,10 @@ def main(argv=None):
   else:
     compat.split_cpu(4)
     from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
-    table = memory_measure.compare(args.config, forward=args.forward)
+    try:
+      table = memory_measure.compare(args.config, forward=args.forward)
+    except ValueError as e:
+      parser.error("--config: %s" % e)
     columns = COLUMNS
     cells = [(n, m, int(p), "%.3f" % (p / m), int(a), "%.3f" % (a / m))
              for n, m, p, a in table]

@@ -6,8 +6,8 @@ does, predicts the memory per device of one training step (memory.py,
 for every sharding strategy that applies: the layers' default, Auto, may
 pick any; and heads-parallel with its core recomputed when the gin files
 bind mtf_th.RecomputeCore to a layer's strategy) and, if even the smallest
-does not fit the target hardware with planner.DEFAULT_MARGIN left free, gives one line naming the plan
-command that lists what would fit: a warning for a TPU slice (warning(),
+does not fit the target hardware with planner.DEFAULT_MARGIN left free,
+gives one line naming the plan command that lists what would fit: a warning for a TPU slice (warning(),
 launch/tpu.py), the reason to refuse a run on this machine's CPU
 (cpu_refusal(), `mtf_th train` and `mtf_th finetune` before any graph is
 built: the logical CPU devices share the host's RAM).
@@ -46,17 +46,25 @@ def applicable(model, mesh):
                  for _, att, n, _ in planner.attentions(model))]
 
 
-def smallest_forward(model, mesh_shape, impl, layout=None, decode=False):
-  """memory.predict_forward's smallest total over the applicable
-  strategies (bytes per device), or None when none applies."""
+def _smallest_total(predict, options):
+  """The smallest predict(*option)["total"] of `options`, or None when
+  there is none or memory.py models none of them (ValueError)."""
   totals = []
-  for strategy in applicable(model, perf.parse_mesh(mesh_shape)):
+  for option in options:
     try:
-      totals.append(memory.predict_forward(
-          model, mesh_shape, impl, layout, strategy, decode)["total"])
+      totals.append(predict(*option)["total"])
     except ValueError:
       continue
   return min(totals) if totals else None
+
+
+def smallest_forward(model, mesh_shape, impl, layout=None, decode=False):
+  """memory.predict_forward's smallest total over the applicable
+  strategies (bytes per device), or None when none applies."""
+  return _smallest_total(
+      lambda strategy: memory.predict_forward(model, mesh_shape, impl,
+                                              layout, strategy, decode),
+      [(s,) for s in applicable(model, perf.parse_mesh(mesh_shape))])
 
 
 def smallest(gin_files, gin_params, hardware):
@@ -78,17 +86,13 @@ def smallest(gin_files, gin_params, hardware):
   options = [(strategy, False) for strategy in applicable(model, mesh)]
   if recompute:
     options.append(("heads_parallel", True))
-  totals = []
-  for strategy, recomputed in options:
-    try:
-      totals.append(memory.predict(
+  total = _smallest_total(
+      lambda strategy, recomputed: memory.predict(
           model, mesh_shape, impl, strategy, recompute=recomputed,
-          dropout=dropout, layout=layout)["total"])
-    except ValueError:
-      continue
-  if not totals:
+          dropout=dropout, layout=layout), options)
+  if total is None:
     return None
-  return min(totals), mesh_shape, mesh["batch"] * mesh["model"]
+  return total, mesh_shape, mesh["batch"] * mesh["model"]
 
 
 def _excess(gin_files, gin_params, hardware, devices):

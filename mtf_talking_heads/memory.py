@@ -432,11 +432,10 @@ def forward_attention(att, d_model, n, m, b, p, strategy="heads_parallel",
           + core_live)
 
 
-def decode_caches(att, d_model, m, b, p, roles=None):
+def decode_caches(att, m, b, p, roles=None):
   """Elements of one attention layer's decoding state, per device: K and V
   of its m memory positions and the memory-dependent R tensors (what the
   layer records in "first_part" and keeps while decoding)."""
-  del d_model  # the cache's size does not depend on it
   roles = split_roles(att) if roles is None else roles
   if att.variant == spec_lib.BILINEAR:
     return 0.0
@@ -520,8 +519,7 @@ def predict_forward(model, mesh_shape="batch:1", impl="mtf_th", layout=None,
           att, model.d_model, n, m, b, p, _layer_strategy(att, strategy),
           roles))
       if decode and stack == "decoder":
-        state += model.num_layers * decode_caches(att, model.d_model, m, b,
-                                                  p, roles)
+        state += model.num_layers * decode_caches(att, m, b, p, roles)
     peak = max(peak, earlier + (state + layer) * e)
     earlier += (x + state) * e
   logits = b * loss_positions(model) * model.vocab / p

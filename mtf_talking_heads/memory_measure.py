@@ -381,8 +381,15 @@ def compare(names=None, auto_mtf=True, forward=False):
   forward=True: an eval's forward pass (StepGraph(train=False)) against
   memory.predict_forward, instead of a training step against
   memory.predict.
+
+  Raises:
+    ValueError: a name of `names` that CONFIGS lacks (before any graph).
   """
   from mtf_talking_heads import memory  # pylint: disable=g-import-not-at-top
+  unknown = sorted(set(names or ()) - {name for name, _ in CONFIGS})
+  if unknown:
+    raise ValueError("unknown config %s; choose from %s" % (
+        ", ".join(unknown), ", ".join(name for name, _ in CONFIGS)))
   out = []
   for name, kw in CONFIGS:
     if names and name not in names:

@@ -466,6 +466,10 @@ def test_eval_and_decode_memory_is_one_forward_pass():
   assert 7.5 < gib < 7.7, gib
   assert memory.predict(base, "model:1", "mtf_th_float32")["total"] > (
       20 * gib * memory.GiB)
+  # decoding it keeps every decoder layer's K and V too (docs/training.md)
+  decode = memory.predict_forward(base, "model:1", "mtf_th_float32",
+                                  decode=True)["total"] / memory.GiB
+  assert 10.0 < decode < 10.1, decode
 
 
 def test_sweep_progress_lines_have_the_runs_eta(tmp_path, monkeypatch):
@@ -505,7 +509,7 @@ def test_sweep_progress_lines_have_the_runs_eta(tmp_path, monkeypatch):
     seed = 1
 
   proc = subprocess.Popen([sys.executable, "-c", script, model_dir])
-  assert runner._watch(proc, Run, model_dir) == 0  # pylint: disable=protected-access
+  assert runner._watch(proc, Run, model_dir, Log()) == 0  # pylint: disable=protected-access
   periodic = [l for l in lines if "ln(PPL)" not in l]
   assert periodic and periodic[0] == (
       "    04_talking_heads_8 seed 1: step 10/40, loss 4.0000, 2.00 steps/s;"
@@ -560,7 +564,11 @@ def _assert_nothing_half_written(output_dir, model_dir, mid_run):
   checkpoint the `checkpoint` file lists complete (and, `mid_run`, at least
   one), no temporary or lock file, and no run recorded in results.csv."""
   with open(os.path.join(model_dir, "sweep.log")) as f:
-    assert "mtf_th train: interrupted" in f.read()
+    text = f.read()
+  # the sweep waited for the run, which stopped on SIGINT with its own line
+  assert text.endswith("# interrupted: the command stopped on SIGINT (exit "
+                       "status 130)\n"), text[-500:]
+  assert "mtf_th train: interrupted" in text
   log = os.path.join(model_dir, "train_log.csv")
   if mid_run or os.path.exists(log):
     with open(log) as f:

@@ -181,6 +181,30 @@ def _check_trace(model_dir):
 
 
 @pytest.mark.slow
+def _wait_until_task_0_lists_every_device(servers, timeout=120):
+  """After a restart, task 0's channel to the restarted task may still be
+  in gRPC's reconnect backoff, and the resumed run's pre-flight (a 20 s
+  deadline) once timed out there; the test waits the restart out."""
+  deadline = time.time() + timeout
+  config = tf.ConfigProto(operation_timeout_in_ms=5000)
+  while True:
+    try:
+      with tf.Graph().as_default(), tf.Session(
+          "grpc://" + servers.addresses[0], config=config) as session:
+        if len(session.list_devices()) >= 2 * 2:  # 2 tasks x 2 CPUs
+          return
+    except tf.errors.OpError:
+      pass
+    assert time.time() < deadline, "task 0 did not list the restarted task"
+    time.sleep(1)
+
+
+def _checkpoint_step(model_dir):
+  """The step of model_dir's latest checkpoint (0: none yet)."""
+  checkpoint = tf.train.latest_checkpoint(model_dir)
+  return int(checkpoint.rsplit("-", 1)[1]) if checkpoint else 0
+
+
 def test_train_equals_local_then_lost_worker_then_resume(servers, tmp_path):
   """(b) `mtf_th train --cluster` == the local run, trace on both tasks;
   (d) task 1 killed mid-run: one line within 60 s; resumed after the
@@ -196,9 +220,13 @@ def test_train_equals_local_then_lost_worker_then_resume(servers, tmp_path):
   log = os.path.join(model_dir, "train_log.csv")
   deadline = time.time() + 900
   while time.time() < deadline and proc.poll() is None:
-    if os.path.exists(log) and len(_losses(model_dir)) >= 5:
+    # killed once a logged step lies past the last checkpoint, so that the
+    # resume below has steps of the uninterrupted run to compare (under
+    # load the kill once landed right on a checkpoint: nothing to compare)
+    if os.path.exists(log) and len(_losses(model_dir)) >= 5 and max(
+        _losses(model_dir)) > _checkpoint_step(model_dir):
       break
-    time.sleep(0.5)
+    time.sleep(0.1)
   assert proc.poll() is None, proc.communicate()[1][-3000:]
   servers.kill(1)
   killed_at = time.time()
@@ -222,8 +250,7 @@ def test_train_equals_local_then_lost_worker_then_resume(servers, tmp_path):
   assert seconds < 60, seconds
   assert "Traceback" not in err and err.count("starting at step") == 1
   line, = _error_lines(err)
-  checkpoint = tf.train.latest_checkpoint(model_dir)
-  step = int(checkpoint.rsplit("-", 1)[1])
+  step = _checkpoint_step(model_dir)
   assert step >= 2
   for word in ("mtf_th train: error: lost task 1 (%s)" % servers.addresses[1],
                "not retried", "the last checkpoint of %s is step %d"
@@ -240,6 +267,7 @@ def test_train_equals_local_then_lost_worker_then_resume(servers, tmp_path):
   with open(log, "w") as f:
     f.write("\n".join(kept) + "\n")
   servers.start(1)
+  _wait_until_task_0_lists_every_device(servers)
   resumed = subprocess.run(_train(model_dir, servers, extra, last), cwd=REPO,
                            capture_output=True, text=True, timeout=900)
   assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -149,15 +149,46 @@ def test_forward_takes_the_strategy_auto_may_pick_and_decode_its_caches():
   split = memory.predict_forward(model, "model:4", F32,
                                  strategy="batch_split")["total"]
   assert split < heads / 2
-  assert fit_check.smallest_forward(model, "model:4", F32) == min(
-      memory.predict_forward(model, "model:4", F32, strategy=s)["total"]
-      for s in fit_check.applicable(model, {"batch": 1, "model": 4}))
+  assert fit_check.smallest_forward(model, "model:4", F32) == split
   # 2 layers x (K + V) x 8 x 64 x 8 heads x 16 / 4 devices, float32
   caches = 2 * 2 * 8 * 64 * 8 * 16 / 4 * 4
   eval_, decode = (memory.predict_forward(model, "model:4", F32,
                                           decode=d)["activations"]
                    for d in (False, True))
   assert decode == eval_ + caches
+
+
+def test_eval_preflight_refuses_only_what_no_strategy_fits(monkeypatch):
+  """prechecks.forward_memory on the base T5 talking heads 24 x 32 on
+  model:4 with its gin's layout (heads:model): heads-parallel 7.20 GiB per
+  device, batch_split 2.88; a decode 7.11 (the K and V caches, heads_k and
+  heads_v whole).  RAM between the two strategies is not refused, below the
+  smallest is; a decode needs its caches on top."""
+  from mtf_talking_heads import commands  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.commands import prechecks  # pylint: disable=g-import-not-at-top
+  gin = ["experiments/t5_heads/07_talking_heads_24_32.gin"]
+  params = ["mesh_shape = 'model:4'"]
+
+  def check(usable_gib, what):
+    monkeypatch.setattr(planner, "usable_bytes",
+                        lambda hardware, devices: usable_gib * memory.GiB)
+    return prechecks.forward_memory("unused", gin, params, what)
+
+  assert check(4.0, "eval") is None  # fits batch_split, not heads-parallel
+  with pytest.raises(commands.UsageError, match=r"predicted 2\.88 GiB per "
+                     r"device for eval's forward pass"):
+    check(2.5, "eval")
+  with pytest.raises(commands.UsageError, match=r"predicted 7\.11 GiB"):
+    check(4.0, "decode")
+  assert check(7.5, "decode") is None
+
+
+def test_unknown_measured_config_refused_before_any_graph():
+  from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match="unknown config th_h4_n32_l; choose "
+                     "from mh_h4_n32_1, "):
+    memory_measure.compare(["th_h4_n32_1", "th_h4_n32_l"])
 
 
 def test_measured_layers_have_weights_of_their_own():

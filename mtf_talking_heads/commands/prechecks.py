@@ -210,9 +210,10 @@ def forward_memory(model_dir, gin_files, gin_params, what):
   predicted not to fit in its RAM (memory.predict_forward per logical
   device, the smallest over the strategies Auto may pick, a decode's
   key/value caches included; the mesh's devices sharing the RAM,
-  planner.DEFAULT_MARGIN left free), before TensorFlow is imported.  Reads the gin files, else
-  <model_dir>/operative_config.gin; a configuration perf.py cannot read is
-  left to the command (as fit_check does for train).
+  planner.DEFAULT_MARGIN left free), before TensorFlow is imported.  Reads
+  the gin files, else <model_dir>/operative_config.gin; a configuration
+  perf.py cannot read is left to the command (as fit_check does for
+  train).
 
   Args:
     what: "eval" or "decode", for the message.

@@ -36,7 +36,6 @@ def default_launcher():
   return [sys.executable, "-m", "mtf_talking_heads.cli"]
 
 
-
 def _interrupt_with_this_process():
   """In a run's command before exec: SIGINT (what Ctrl-C sends; the command
   saves nothing half-written and exits) when the sweep dies without passing
@@ -45,6 +44,7 @@ def _interrupt_with_this_process():
   SIGINT ignored, and the command would then ignore this one too."""
   signal.signal(signal.SIGINT, signal.SIG_DFL)
   cluster.die_with_parent(signal.SIGINT)
+
 
 class Runner(object):
   """Trains and evaluates the runs of a Plan that results.csv lacks.
@@ -159,7 +159,7 @@ class Runner(object):
         try:  # an interrupted piece's time counts too (Ctrl-C, SIGTERM)
           proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                   preexec_fn=_interrupt_with_this_process)
-          code = self._watch(proc, run, model_dir)
+          code = self._watch(proc, run, model_dir, log)
         finally:
           write_run_time(model_dir, spent, time.time() - start,
                          _children_cpu_seconds() - cpu_start)
@@ -173,14 +173,15 @@ class Runner(object):
             % (run.row.name, run.seed, code, " ".join(argv[:len(
                 self.launcher) + 1]), log_path, tail))
 
-  def _watch(self, proc, run, model_dir):
+  def _watch(self, proc, run, model_dir, log):
     """Waits for a run's command; returns its exit status.
 
     Says a line for every new evaluation in the run's eval_results.csv and,
     while it trains, one every PROGRESS_EVERY_SECS with its step, loss,
     steps/s and its own ETA (its steps left at its recent rate).  On Ctrl-C
     the command gets SIGINT (it saves nothing half-written and exits) and,
-    if it has not exited after INTERRUPT_GRACE_SECS, SIGKILL.
+    if it has not exited after INTERRUPT_GRACE_SECS, SIGKILL; the run's
+    `log` gets a line saying which, with the command's exit status.
     """
     seen = set(_eval_rows(model_dir))
     last = time.time()
@@ -203,13 +204,19 @@ class Runner(object):
             self.say("    %s seed %d: %s" % (run.row.name, run.seed, line))
           last = time.time()
     except KeyboardInterrupt:
+      how = "had exited"
       if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
+        how = "stopped on SIGINT"
         try:
           proc.wait(timeout=INTERRUPT_GRACE_SECS)
         except subprocess.TimeoutExpired:
           proc.kill()
           proc.wait()
+          how = "SIGKILLed: still running %d s after SIGINT" % (
+              INTERRUPT_GRACE_SECS)
+      log.write("# interrupted: the command %s (exit status %d)\n"
+                % (how, proc.returncode))
       raise
 
   def _run_eta(self, model_dir):
