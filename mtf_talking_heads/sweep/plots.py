@@ -7,6 +7,7 @@ vs training FLOPs over model sizes, scaling.py's); each writes one PNG.
 """
 import collections
 import math
+import textwrap
 
 from mtf_talking_heads import spec as spec_lib
 
@@ -153,14 +154,19 @@ def plot_scaling(series, fits, path, caption=""):
     ax.plot(grid, [fit["a"] * c ** -fit["b"] for c in grid], "--",
             color=color[fit["group"]], lw=1.2, label=fit["label"])
   ax.set_xscale("log")
+  # label the minor ticks at 2 and 5 x 10^k too: the curve spans 1-2 decades
+  ax.xaxis.set_minor_formatter(plt.FuncFormatter(
+      lambda x, _: "%.0e" % x if ("%.0e" % x)[0] in "25" else ""))
+  ax.tick_params(axis="x", which="minor", labelsize=7)
   ax.set_xlabel("training FLOPs")
   ax.set_ylabel("held-out ln(PPL) (nats per byte)")
   ax.set_title("held-out loss vs training compute (large open markers: "
                "the points fitted)", fontsize=9)
   ax.grid(alpha=0.3, which="both")
   ax.legend(fontsize=7)
-  if caption:
-    fig.text(0.01, 0.01, caption, fontsize=6, family="monospace")
-  fig.tight_layout(rect=(0, 0.04 if caption else 0, 1, 1))
+  lines = textwrap.wrap(caption, 150)
+  for i, line in enumerate(reversed(lines)):
+    fig.text(0.01, 0.01 + 0.02 * i, line, fontsize=6, family="monospace")
+  fig.tight_layout(rect=(0, 0.02 + 0.02 * len(lines) if lines else 0, 1, 1))
   fig.savefig(path, dpi=100)
   plt.close(fig)
