@@ -17,6 +17,7 @@ import pytest
 
 import _cli_util
 from mtf_talking_heads import cli
+from mtf_talking_heads import comparison
 from mtf_talking_heads import gin_text
 from mtf_talking_heads import sweep
 from mtf_talking_heads.sweep import results
@@ -291,7 +292,22 @@ def test_refusal_loads_no_tensorflow(tmp_path):
   assert result.tensorflow is False
 
 
+def test_multipliers_at_the_edges():
+  """A fit that does not fall, a loss every curve is already below at its
+  first point (an upper bound), one between evaluated points."""
+  assert scaling.fit_multiplier((2.0, -0.01), 2.2, 1e12, [1e12, 4e12]) == (
+      None, "n/a: multi-head's fit does not fall with compute")
+  curves = [("small", comparison.Curve({1e12: 2.5, 2e12: 2.3}, 0.1)),
+            ("large", comparison.Curve({3e12: 2.4, 6e12: 2.0}, 0.1))]
+  assert scaling.measured_multiplier(curves, 2.6, 1e12) == (
+      1.0, "upper bound: small's first point")
+  value, status = scaling.measured_multiplier(curves, 2.2, 1e12)
+  # large: 2.4 -> 2.0 over 3e12..6e12 reaches 2.2 at 4.5e12
+  assert math.isclose(value, 4.5) and status == "large, 4.500e+12 FLOPs"
+  assert scaling.measured_multiplier(curves, 1.9, 1e12) == (None,
+                                                            "not reached")
+
+
 def test_doctests():
   failures, tried = doctest.testmod(scaling)
   assert failures == 0 and tried >= 8
-  assert math.isclose(scaling.padded_vocab(259), 384)
