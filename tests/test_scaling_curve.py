@@ -258,6 +258,8 @@ def test_refusals(three_sizes, tmp_path, capsys):
   assert "drop --seeds" in refused([d128, d192], "--seeds", "3")
   assert "--output_dir is required" in _refused(
       ["--scaling", d128, d192], capsys)
+  assert "--scaling_heads goes with --scaling" in _refused(
+      ["--scaling_heads", "8", "--output_dir", out], capsys)
   # a table whose second row is another variant
   rows = sweep.select_rows(sweep.paper_table_rows("lm_variants"), "1,2")
   curves = {"multi_head": {250: EARLY, 500: EARLY, 750: 2.4},

@@ -422,7 +422,7 @@ def _sizes(dirs, heads):
   sizes = [load_size(d, heads) for d in dirs]
   first = sizes[0]
   for size in sizes[1:]:
-    if list(size.rows) != list(first.rows):
+    if set(size.rows) != set(first.rows):
       raise ValueError("--scaling: the sweeps' variants differ: %s has %s, "
                        "%s has %s; give sweeps of the same variants"
                        % (first.path, ", ".join(first.rows), size.path,
