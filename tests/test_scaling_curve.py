@@ -313,3 +313,13 @@ def test_multipliers_at_the_edges():
 def test_doctests():
   failures, tried = doctest.testmod(scaling)
   assert failures == 0 and tried >= 8
+
+
+def test_vocab_divisor_is_the_models():
+  # scaling.py keeps a copy of models.VOCAB_DIVISOR (models.py imports
+  # TensorFlow); read the original from its source.
+  import re  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads import __file__ as package_init  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(os.path.dirname(package_init), "models.py")) as f:
+    value, = re.findall(r"^VOCAB_DIVISOR = (\d+)", f.read(), re.M)
+  assert scaling.VOCAB_DIVISOR == int(value)
