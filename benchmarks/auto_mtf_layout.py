@@ -109,10 +109,8 @@ def gin_params(row):
 
 def row_depth(row):
   """The row's layers per stack (its num_layers), read from its gin text."""
-  from mtf_talking_heads import gin_paths  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
-  config = gin_text.GinConfig(gin_files(row), gin_params(row),
-                              gin_paths.gin_dir())
+  config = gin_text.GinConfig(gin_files(row), gin_params(row))
   return config.require("num_layers", row)
 
 

@@ -346,7 +346,7 @@ def format_mean_se(value, fmt="%+.3f", seeds=None):
   return text
 
 
-def _multipliers(s):
+def multiplier_cells(s):
   """The two multiplier cells of a summary: at the final step, and at the
   latest step every seed's multi-head reaches."""
   seeds = s["seeds"]
@@ -378,7 +378,7 @@ def markdown(summaries):
       "variant's loss at an earlier step | better (seeds) |",
       "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
   for s in summaries:
-    final, common = _multipliers(s)
+    final, common = multiplier_cells(s)
     seeds = s["seeds"]
     lines.append("| %s | %d | %s | %d | %s | %s | %s | %s | %s | %d/%d |" % (
         s["label"], s["heads"], s["baseline"], seeds,

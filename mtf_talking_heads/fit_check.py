@@ -20,11 +20,6 @@ from mtf_talking_heads import perf
 from mtf_talking_heads import planner
 
 
-def _config(gin_files, gin_params):
-  from mtf_talking_heads import gin_paths  # pylint: disable=g-import-not-at-top
-  return gin_text.GinConfig(gin_files, gin_params, gin_paths.gin_dir())
-
-
 def _recomputes(config):
   """True if a binding of the gin files makes some layer's strategy
   RecomputeCore (e.g. `mtf_th.TalkingHeadsAttention.strategy =
@@ -73,7 +68,7 @@ def smallest(gin_files, gin_params, hardware):
   axes than batch and model."""
   try:
     model = perf.model_from_gin(gin_files, gin_params)
-    config = _config(gin_files, gin_params)
+    config = gin_text.GinConfig(gin_files, gin_params)
     mesh_shape = config.get("mesh_shape", "model:1")
     mesh = perf.parse_mesh(mesh_shape)
     layout = config.get("layout", None)

@@ -47,6 +47,29 @@ def _to_export_dtype(x):
   return x if x.dtype == tf.float64 else mtf.cast(x, tf.float32)
 
 
+def check_names(layers):
+  """Refuses two unnamed layers of one class in one stack.
+
+  mtf's LayerStack scopes each layer's variables by the layer's name, so two
+  unnamed layers of one class would share one set of weights (the fault that
+  once made memory_measure's 2-layer models 1-layer models with two passes).
+
+  Raises:
+    ValueError: naming the two positions and the fix.
+  """
+  seen = {}
+  for i, layer in enumerate(layers):
+    if getattr(layer, "name", None):
+      continue
+    kind = type(layer).__name__
+    if kind in seen:
+      raise ValueError(
+          "layers[%d] and layers[%d] are both unnamed %s: they would share "
+          "one set of weights; name them (layer.set_name('layer_%03d'))"
+          % (seen[kind], i, kind, i))
+    seen[kind] = i
+
+
 class Harness(object):
   """A Unitransformer over `layers`, lowered on `mesh_shape` with `layout`.
 
@@ -72,6 +95,8 @@ class Harness(object):
                devices=None, target="", config=None, encoder_layers=None,
                positional_embedding=True):
     parse_mtf_defaults()
+    check_names(layers)
+    check_names(encoder_layers or [])
     # one LayoutRules for the model and the mesh implementation, as t5's
     # utils.run does (sharding.Auto may add its rule while the model builds)
     layout = mtf.convert_to_layout_rules(layout)

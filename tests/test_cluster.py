@@ -384,3 +384,18 @@ def test_local_servers_die_with_the_process_that_started_them():
     time.sleep(0.05)
   os.kill(child, signal.SIGKILL)
   raise AssertionError("sleep outlived its killed parent")
+
+
+@pytest.mark.parametrize("error, words", [
+    (tf.errors.DeadlineExceededError(None, None, "Deadline Exceeded"),
+     "did not list the cluster's devices within 20 s (Deadline Exceeded)"),
+    (tf.errors.UnavailableError(None, None, "Socket closed"),
+     "is down, still starting, or was restarted moments ago"),
+    (tf.errors.UnimplementedError(None, None, "unknown service"),
+     "answers but is not an `mtf_th server` of this cluster (unknown service)"),
+])
+def test_preflight_tells_a_timeout_from_a_wrong_server(error, words):
+  active = cluster.Cluster(["localhost:1", "localhost:2"])
+  message = str(training_cluster._not_listed(active, error))  # pylint: disable=protected-access
+  assert words in message and "localhost:1" in message
+  assert len(message.splitlines()) == 1

@@ -31,7 +31,10 @@ How a command is checked (test_doc_command: in this process, no training)
     --dry_run added (prints the plan and runs the pre-flight of every row),
     --list_paper_tables runs, and --report runs for real on a copy of the
     committed records of its --output_dir and must rewrite results.md and
-    comparison.md exactly as committed; costs and perf (pure Python): run,
+    comparison.md exactly as committed; --scaling runs for real on copies
+    of the committed sweeps (and must rewrite a committed scaling.md
+    exactly) or, while one of them is not committed yet, must refuse it
+    (status 2); costs and perf (pure Python): run,
     and print what the doc shows after a `$ ` prompt.  comm, visualize,
     decode, demo: parsed (the slow tests run comm and visualize).
   * t5_mesh_transformer: the console script exists, every flag is one of
@@ -390,8 +393,43 @@ def _run_in_process(argv, capsys):
   return status, out.out, out.err
 
 
+def _check_scaling(cmd, args, argv, capsys, tmp_path):
+  """`mtf_th sweep --scaling DIR ...` on copies of the committed records.
+
+  When every DIR is committed it must run and, if OUTPUT_DIR/scaling.md is
+  committed too, rewrite it exactly; until then (the sweeps of a scaling
+  curve take sessions) it must refuse, in one line with status 2, the
+  first DIR not committed, or a committed one with a row not run yet.
+  """
+  missing = [d for d in args.scaling
+             if not os.path.exists(os.path.join(REPO, d, "sweep.json"))]
+  for d in args.scaling:
+    if d not in missing:
+      _committed_records(os.path.join(REPO, d), os.path.join(tmp_path, d))
+  status, _, err = _run_in_process(["sweep"] + argv, capsys)
+  if missing:
+    assert (status, err) == (2, "mtf_th sweep: error: --scaling %s is not a "
+                             "directory: give the --output_dir of a recorded "
+                             "`mtf_th sweep`\n" % missing[0]), (cmd, err)
+    return
+  if status == 2 and re.fullmatch(r"mtf_th sweep: error: --scaling \S+: row "
+                                  r"\S+ has no finished run in results.csv "
+                                  r"yet\n", err):
+    return  # a sweep in progress
+  assert status == 0, "%s\n  %s" % (cmd, err)
+  committed = os.path.join(REPO, args.output_dir, "scaling.md")
+  if os.path.exists(committed):
+    with open(committed) as f, open(os.path.join(
+        tmp_path, args.output_dir, "scaling.md")) as g:
+      assert g.read() == f.read(), (
+          "%s\n  rewrote scaling.md differently from the committed one" % cmd)
+
+
 def _check_sweep(cmd, args, argv, capsys, tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
+  if args.scaling:
+    _check_scaling(cmd, args, argv, capsys, tmp_path)
+    return
   if args.list_paper_tables:
     from mtf_talking_heads import sweep  # pylint: disable=g-import-not-at-top
     status, out, err = _run_in_process(["sweep"] + argv, capsys)

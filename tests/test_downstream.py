@@ -76,6 +76,29 @@ def test_every_answer_is_the_word_after_the_question_word_in_the_context():
       assert qa_utils.normalize_squad(ex["targets"])  # not an article
 
 
+def test_acceptability_and_misspelling_examples_hold_their_answers():
+  docs = downstream._documents("validation")
+  rows = downstream.acceptability_examples(docs)
+  labels = [r["targets"] for r in rows]
+  assert set(labels) == set(downstream.ACCEPTABILITY_LABELS)
+  assert 0.4 < labels.count("acceptable") / len(labels) < 0.6
+  starts = {" ".join(d.split()[:downstream.ACCEPTABILITY_WORDS])
+            for d in docs}
+  for r in rows:  # acceptable: a document's start; unacceptable: reordered
+    sentence = r["inputs"][len("cola sentence: "):]
+    assert (sentence in starts) == (r["targets"] == "acceptable")
+  for r in downstream.examples(downstream.MISSPELLING, "validation"):
+    context = r["inputs"].split(" context: ", 1)[1].split()
+    wrong = r["targets"]
+    assert context.count(wrong) == 1 and r["answers"] == [wrong]
+    assert len(wrong) >= downstream.MISSPELLING_MIN_LETTERS
+  assert downstream.misspelling_example(
+      "Return the number of items".split()) == {
+          "inputs": "question: which word is misspelt? context: Return the "
+                    "nebmur of items",
+          "targets": "nebmur", "answers": ["nebmur"]}
+
+
 def test_mixtures_are_examples_proportional_in_each_vocabulary():
   for byte_level in (False, True):
     cls, span, name = downstream.task_names(byte_level)

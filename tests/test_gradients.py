@@ -190,3 +190,12 @@ def test_bf16_big_logits_loss_logits_and_gradients_finite(bf16):
   assert len(grads) > 20
   bad = [k for k, v in grads.items() if not np.all(np.isfinite(v))]
   assert not bad, bad
+
+
+def test_harness_refuses_unnamed_layers_that_would_share_weights():
+  two = [layers.MultiHeadAttention(heads=2, d_k=4, d_v=4) for _ in range(2)]
+  with pytest.raises(ValueError, match=r"layers\[0\] and layers\[1\] are "
+                     r"both unnamed MultiHeadAttention: they would share"):
+    harness.Harness(two, run=False)
+  two[1].set_name("layer_001")
+  harness.check_names(two)  # one unnamed and one named: accepted

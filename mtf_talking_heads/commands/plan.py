@@ -108,9 +108,8 @@ def _row(c, fmt):
 
 def dropout_on(gin_files, gin_params):
   """Whether the gin files set a positive dropout_rate macro."""
-  from mtf_talking_heads import gin_paths  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import gin_text as gin_reader  # pylint: disable=g-import-not-at-top
-  config = gin_reader.GinConfig(gin_files, gin_params, gin_paths.gin_dir())
+  config = gin_reader.GinConfig(gin_files, gin_params)
   return bool(config.get("dropout_rate", 0.0))
 
 

@@ -221,14 +221,13 @@ def forward_memory(model_dir, gin_files, gin_params, what):
     commands.UsageError: one line with both sizes and what to lower.
   """
   from mtf_talking_heads import fit_check  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import gin_paths  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import memory  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
   files = run_gin_files(model_dir, gin_files)
   try:
-    config = gin_text.GinConfig(files, gin_params, gin_paths.gin_dir())
+    config = gin_text.GinConfig(files, gin_params)
     # an operative config keeps only the macros the model used
     extra = [] if "dynamic" in config else ["dynamic = None"]
     model = perf.model_from_gin(files, list(gin_params) + extra)
@@ -281,7 +280,7 @@ def _registers_no_more(gin_files):
   `import my_tasks` may register tasks, as --module_import does)."""
   from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
   try:
-    imports = gin_text.GinConfig(gin_files, (), gin_paths.gin_dir()).imports
+    imports = gin_text.GinConfig(gin_files).imports
   except (OSError, ValueError):
     return True  # the command reports a bad gin file itself
   return all(m.split(".")[0] in KNOWN_IMPORTS for m in imports)
@@ -331,8 +330,7 @@ def mixture(model_dir, gin_files, gin_params, module_imports=()):
   from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
   files = run_gin_files(model_dir, gin_files)
   try:
-    name = gin_text.GinConfig(files, gin_params,
-                              gin_paths.gin_dir()).get("MIXTURE_NAME")
+    name = gin_text.GinConfig(files, gin_params).get("MIXTURE_NAME")
   except (OSError, ValueError):
     return
   if isinstance(name, str):

@@ -6,6 +6,8 @@
   mtf_th sweep --grid heads=6,12,24,48 --tie d_k=768/heads --tie d_v=768/heads \\
       --grid variant=multi_head,talking_heads --output_dir /tmp/heads
   mtf_th sweep --paper_table t5_heads --scale base --dry_run --output_dir gs://b/t5
+  mtf_th sweep --scaling sweeps/scaling_d128 sweeps/scaling_d192 \\
+      sweeps/scaling_d256 --output_dir sweeps/scaling
 
 Each row x seed is `mtf_th train` (one or two calls) then `mtf_th eval`, in
 child processes, under <output_dir>/runs/<row>/seed_<n>.  Results:
@@ -17,6 +19,14 @@ commands and the table with params and multiplies only, then runs `mtf_th
 train`'s pre-flight checks on every row (a row that cannot train is an
 error, status 2), and trains nothing.
 Bad arguments exit with status 2 and one message on stderr.
+
+--scaling DIR DIR [DIR ...] reads recorded sweeps, one per model size
+(gin/experiments/scaling_d128, _d192, _d256), and writes to --output_dir
+scaling.png (held-out ln(PPL) vs training FLOPs, both variants, every size's
+curve, power-law fits dashed), scaling.md and scaling.csv (per size: params,
+FLOPs, both losses, Δ, the compute multiplier read off multi-head's fit and
+off its measured curves), scaling_points.csv and scaling_fit.csv
+(sweep/scaling.py); it trains nothing.
 
 --finetune chains, per run, pre-training -> `mtf_th finetune` into
 <run>/finetune/ (experiments/finetune.gin's settings; --finetune_steps,
@@ -125,6 +135,17 @@ def _build_parser():
   tune.add_argument("--data_dir", metavar="DIR",
                     help="TFDS data directory of t5's SQuAD / GLUE / "
                     "SuperGLUE (e.g. gs://BUCKET/tensorflow_datasets)")
+  curve = parser.add_argument_group("a scaling curve from recorded sweeps")
+  curve.add_argument("--scaling", nargs="+", metavar="DIR",
+                     help="the --output_dir of two or more recorded sweeps, "
+                     "one per model size (e.g. sweeps/scaling_d128 "
+                     "sweeps/scaling_d192 sweeps/scaling_d256): write "
+                     "scaling.png (held-out ln(PPL) vs training FLOPs), "
+                     "scaling.md and its CSVs to --output_dir; train nothing")
+  curve.add_argument("--scaling_heads", type=train_command.positive_int,
+                     metavar="H", help="with --scaling: take each sweep's "
+                     "rows of H heads (default: each sweep has one head "
+                     "count)")
   how.add_argument("--report", action="store_true",
                    help="rewrite results.md, comparison.md and the plots "
                    "from the runs recorded in --output_dir (after "
@@ -286,6 +307,40 @@ def _check_paths(args, job):
     prechecks.cache()
 
 
+def _scaling(args, parser, argv):
+  """--scaling: the figure and tables of recorded sweeps; exit status.
+
+  Bad input (a flag of another mode, a missing or non-scaling sweep,
+  fewer than two sizes, variants that differ) is one line, status 2,
+  before matplotlib is imported.
+  """
+  import shlex  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.sweep import scaling  # pylint: disable=g-import-not-at-top
+  defaults = vars(parser.parse_args([]))
+  others = ["--" + k for k, v in sorted(vars(args).items())
+            if k not in ("scaling", "scaling_heads", "output_dir")
+            and v != defaults[k]]
+  try:
+    if others:
+      raise commands.UsageError("--scaling reads recorded sweeps and trains "
+                                "nothing: drop %s" % ", ".join(others))
+    if args.scaling_heads and not args.scaling:
+      raise commands.UsageError("--scaling_heads goes with --scaling")
+    if not args.output_dir:
+      raise commands.UsageError("--output_dir is required: where "
+                                "scaling.png and its tables go")
+    prechecks.directory(args.output_dir, "--output_dir", write=True)
+    result = scaling.analyse(args.scaling, args.scaling_heads)
+  except (commands.UsageError, ValueError) as e:
+    print("%s: error: %s" % (PROG, e), file=sys.stderr)
+    return 2
+  paths = scaling.write(result, args.output_dir,
+                        caption="%s %s" % (PROG, shlex.join(argv)))
+  sys.stdout.write(scaling.markdown(result))
+  print("\n".join("wrote %s" % p for p in paths))
+  return 0
+
+
 def _interrupted(job, argv):
   """One line for Ctrl-C: what is recorded and the command that resumes."""
   import shlex  # pylint: disable=g-import-not-at-top
@@ -299,12 +354,15 @@ def _interrupted(job, argv):
 def main(argv=None):
   argv = list(sys.argv[1:] if argv is None else argv)
   from mtf_talking_heads import sweep  # pylint: disable=g-import-not-at-top
-  args = commands.parse(_build_parser(), argv)
+  parser = _build_parser()
+  args = commands.parse(parser, argv)
   if isinstance(args, int):
     return args
   if args.list_paper_tables:
     print("\n".join(sweep.paper_table_names()))
     return 0
+  if args.scaling is not None or args.scaling_heads:
+    return _scaling(args, parser, argv)
   try:
     job = _make_sweep(args, sweep)
     _check_layout_axes(job)

@@ -43,6 +43,21 @@ fine-tuned on them stays at the majority class):
                              context: <C>' -> the word after <w> in C.
   (and their _bytes variants)
 
+Two tasks that ask for what a language model knows rather than for a
+lookup in the inputs (docs/results.md, section 3b: a small model fine-tuned
+on them stays at the majority class as well), in their own mixture
+th_finetune_lexical[_bytes], not in th_finetune_embedded:
+
+  th_embedded_acceptability  CoLA's text-to-text form, accuracy:
+                             "cola sentence: <S>" -> "acceptable" if S is a
+                             document's first ACCEPTABILITY_WORDS words,
+                             "unacceptable" if the same words shuffled.
+  th_embedded_misspelling    SQuAD's form, exact match / F1:
+                             "question: which word is misspelt? context: <C>"
+                             -> the one word of C (a document's first
+                             MISSPELLING_WORDS words) whose inner letters
+                             were reversed.
+
 A diagnostic task, bytes only (not in the mixtures):
 
   th_copy_bytes              inputs: COPY_BYTES bytes of a document (ASCII,
@@ -63,6 +78,7 @@ sentences to MAX_WORDS words.
 """
 import functools
 import hashlib
+import random
 import re
 
 import seqio
@@ -79,7 +95,11 @@ SPAN = "th_embedded_cloze"
 CONTINUATION = "th_embedded_continuation"
 NEXT_WORD = "th_embedded_next_word"
 COPY = "th_copy"
-TASKS = (CLASSIFICATION, SPAN, CONTINUATION, NEXT_WORD)
+ACCEPTABILITY = "th_embedded_acceptability"
+MISSPELLING = "th_embedded_misspelling"
+TASKS = (CLASSIFICATION, SPAN, CONTINUATION, NEXT_WORD, ACCEPTABILITY,
+         MISSPELLING)
+LEXICAL_MIXTURE = "th_finetune_lexical"
 MIXTURE = "th_finetune_embedded"
 BYTES_SUFFIX = "_bytes"
 MAX_WORDS = 8
@@ -94,6 +114,10 @@ WINDOW_WORDS = 3  # words of the question's window on each side of the gap
 # its targets 16 bytes.
 MAX_INPUT_BYTES = 159
 MAX_TARGET_BYTES = 15
+ACCEPTABILITY_WORDS = 8
+ACCEPTABILITY_LABELS = ("acceptable", "unacceptable")
+MISSPELLING_WORDS = 10
+MISSPELLING_MIN_LETTERS = 6
 COPY_BYTES = 32
 COPY_SLICES_PER_DOCUMENT = 4
 # Examples per split and task (the corpus has ~24k train documents).
@@ -300,6 +324,61 @@ def cloze_examples(documents):
   return out
 
 
+def acceptability_example(words):
+  """A CoLA-form example from a list of words, or None.
+
+  Example: "Return the number of items in the container" stays as it is
+  ("acceptable") or gives its words in a shuffled order ("unacceptable");
+  a hash of the words picks the label and the order.
+  """
+  text = " ".join(words)
+  h = _hash(text)
+  label = ACCEPTABILITY_LABELS[h % 2]
+  out = list(words)
+  if label == "unacceptable":
+    random.Random(h).shuffle(out)
+    if out == list(words):
+      return None
+  example = {"inputs": "cola sentence: %s" % " ".join(out), "targets": label}
+  return example if _fits(example, text) else None
+
+
+def acceptability_examples(documents):
+  return [e for e in (acceptability_example(w) for w in
+                      (_words(d, ACCEPTABILITY_WORDS) for d in documents) if w)
+          if e]
+
+
+def misspelling_example(words):
+  """A SQuAD-form example: which word of the context is misspelt.
+
+  One word of MISSPELLING_MIN_LETTERS letters or more (letters only, once in
+  the context) has its inner letters reversed, first and last kept; the
+  answer is that word as written.  Example: "Return the number of items in
+  the container" may give context "Return the number of items in the
+  ceniatnor", answer "ceniatnor".
+  """
+  text = " ".join(words)
+  candidates = [k for k, w in enumerate(words)
+                if w.isalpha() and w.isascii() and
+                len(w) >= MISSPELLING_MIN_LETTERS and words.count(w) == 1 and
+                w[1:-1] != w[-2:0:-1]]
+  if not candidates:
+    return None
+  k = candidates[_hash(text) % len(candidates)]
+  wrong = words[k][0] + words[k][-2:0:-1] + words[k][-1]
+  context = " ".join(words[:k] + [wrong] + words[k + 1:])
+  example = {"inputs": "question: which word is misspelt? context: %s"
+                       % context, "targets": wrong, "answers": [wrong]}
+  return example if _fits(example, text) else None
+
+
+def misspelling_examples(documents):
+  return [e for e in (misspelling_example(w) for w in
+                      (_words(d, MISSPELLING_WORDS) for d in documents) if w)
+          if e]
+
+
 def copy_examples(documents, length=COPY_BYTES):
   """Copy examples: inputs and targets the same `length` characters.
 
@@ -324,8 +403,9 @@ def copy_examples(documents, length=COPY_BYTES):
 
 _MAKERS = {CLASSIFICATION: entailment_examples, SPAN: cloze_examples,
            CONTINUATION: continuation_examples, NEXT_WORD: next_word_examples,
-           COPY: copy_examples}
-_SPAN_TASKS = (SPAN, NEXT_WORD)
+           COPY: copy_examples, ACCEPTABILITY: acceptability_examples,
+           MISSPELLING: misspelling_examples}
+_SPAN_TASKS = (SPAN, NEXT_WORD, MISSPELLING)
 _CACHE = {}
 
 
@@ -411,6 +491,11 @@ def register():
     if mixture in seqio.MixtureRegistry.names():
       seqio.MixtureRegistry.remove(mixture)
     seqio.MixtureRegistry.add(mixture, [(cls, _rate), (span, _rate)])
+    lexical = LEXICAL_MIXTURE + suffix
+    if lexical in seqio.MixtureRegistry.names():
+      seqio.MixtureRegistry.remove(lexical)
+    seqio.MixtureRegistry.add(lexical, [(ACCEPTABILITY + suffix, _rate),
+                                        (MISSPELLING + suffix, _rate)])
   _add(COPY + BYTES_SUFFIX, COPY, seqio.ByteVocabulary(),
        [t5_metrics.sequence_accuracy], None)
 

@@ -13,6 +13,8 @@ the real import: a task registered in data/ must be added to THIS_PACKAGE
 # Registered by this package's data modules.
 THIS_PACKAGE = (
     "th_copy_bytes",
+    "th_embedded_acceptability",
+    "th_embedded_acceptability_bytes",
     "th_embedded_cloze",
     "th_embedded_cloze_bytes",
     "th_embedded_continuation",
@@ -20,9 +22,13 @@ THIS_PACKAGE = (
     "th_embedded_entailment",
     "th_embedded_entailment_bytes",
     "th_embedded_next_word",
+    "th_embedded_misspelling",
+    "th_embedded_misspelling_bytes",
     "th_embedded_next_word_bytes",
     "th_finetune_embedded",
     "th_finetune_embedded_bytes",
+    "th_finetune_lexical",
+    "th_finetune_lexical_bytes",
     "th_finetune_squad_glue_superglue",
     "th_lm_bytes",
     "th_mlm",

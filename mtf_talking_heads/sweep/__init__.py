@@ -38,6 +38,8 @@ The package, one job per file:
   plots.py       the matplotlib figures.
   finetune.py    the --finetune stage: its commands, state, downstream
                  columns and downstream.md.
+  scaling.py     --scaling: held-out loss vs training FLOPs over recorded
+                 sweeps of several sizes, fits, compute multipliers.
   job.py         Sweep = Plan + Runner + Reporter (+ Finetune).
   lazy.py        progress.py (TensorFlow) imported at first use.
 Importing the package imports no TensorFlow and no matplotlib.

@@ -1,11 +1,13 @@
 """The sweep's figures, drawn with matplotlib (imported at the first plot).
 
 Owns plot_heads (ln(PPL) vs heads, the paper's central claim), plot_loss
-(training loss curves) and plot_step_time (seconds per step vs multiplies);
-each takes report.summarize() rows and writes one PNG.
+(training loss curves) and plot_step_time (seconds per step vs multiplies),
+each of which takes report.summarize() rows, and plot_scaling (held-out loss
+vs training FLOPs over model sizes, scaling.py's); each writes one PNG.
 """
 import collections
 import math
+import textwrap
 
 from mtf_talking_heads import spec as spec_lib
 
@@ -112,5 +114,59 @@ def plot_step_time(summary, path, title=""):
   ax.set_title("step time vs multiplies: %s" % title, fontsize=10)
   ax.grid(alpha=0.3)
   fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def plot_scaling(series, fits, path, caption=""):
+  """Held-out ln(PPL) vs training FLOPs (log x): curves and power-law fits.
+
+  Args:
+    series: [dict(label, group, baseline, flops, means, ses)], one per
+      variant and size: its evaluated points (error bars: the standard
+      errors, 0 for one seed); the last point (the fit's) is drawn larger.
+    fits: [dict(label, group, a, b)]: L = a * C^-b, dashed over the FLOPs
+      of its group's points, in its group's colour.
+    path: the PNG.
+    caption: the command that made it, under the plot.
+  """
+  plt = _pyplot()
+  fig, ax = plt.subplots(figsize=(7.6, 5.2))
+  colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+  groups = list(collections.OrderedDict.fromkeys(s["group"] for s in series))
+  color = {g: colors[i % len(colors)] for i, g in enumerate(groups)}
+  markers = "osD^v<>p"
+  sizes = collections.defaultdict(int)
+  for s in series:
+    marker = markers[sizes[s["group"]] % len(markers)]
+    sizes[s["group"]] += 1
+    ax.errorbar(s["flops"], s["means"], yerr=s["ses"], fmt=marker + "-",
+                color=color[s["group"]], ms=4, capsize=2, lw=1.0,
+                alpha=0.9 if s["baseline"] else 1.0, label=s["label"])
+    ax.plot(s["flops"][-1:], s["means"][-1:], marker, ms=9, mfc="none",
+            color=color[s["group"]])
+  for fit in fits:
+    xs = [x for s in series if s["group"] == fit["group"] for x in s["flops"]]
+    if not xs:
+      continue
+    lo, hi = math.log(min(xs)), math.log(max(xs))
+    grid = [math.exp(lo + (hi - lo) * i / 50.0) for i in range(51)]
+    ax.plot(grid, [fit["a"] * c ** -fit["b"] for c in grid], "--",
+            color=color[fit["group"]], lw=1.2, label=fit["label"])
+  ax.set_xscale("log")
+  # label the minor ticks at 2 and 5 x 10^k too: the curve spans 1-2 decades
+  ax.xaxis.set_minor_formatter(plt.FuncFormatter(
+      lambda x, _: "%.0e" % x if ("%.0e" % x)[0] in "25" else ""))
+  ax.tick_params(axis="x", which="minor", labelsize=7)
+  ax.set_xlabel("training FLOPs")
+  ax.set_ylabel("held-out ln(PPL) (nats per byte)")
+  ax.set_title("held-out loss vs training compute (large open markers: "
+               "the points fitted)", fontsize=9)
+  ax.grid(alpha=0.3, which="both")
+  ax.legend(fontsize=7)
+  lines = textwrap.wrap(caption, 150)
+  for i, line in enumerate(reversed(lines)):
+    fig.text(0.01, 0.01 + 0.02 * i, line, fontsize=6, family="monospace")
+  fig.tight_layout(rect=(0, 0.02 + 0.02 * len(lines) if lines else 0, 1, 1))
   fig.savefig(path, dpi=100)
   plt.close(fig)

@@ -112,6 +112,26 @@ def _storage_error(what, path, active):
       "storage)" % (what, path, active.addresses[0]))
 
 
+def _not_listed(active, error):
+  """The ConfigError for a cluster whose task 0 did not list its devices.
+
+  A timeout (gRPC still reconnecting to a task that was restarted, or a task
+  that is down) is not the same fault as a task 0 that answers with an
+  error, and gets its own advice.
+  """
+  first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+  if isinstance(error, (tf.errors.DeadlineExceededError,
+                        tf.errors.UnavailableError)):
+    return errors.ConfigError(
+        "task 0 (%s) did not list the cluster's devices within %d s (%s): a "
+        "task of --cluster is down, still starting, or was restarted moments "
+        "ago; check that every `mtf_th server` of --cluster is running and "
+        "rerun" % (active.addresses[0], PREFLIGHT_TIMEOUT_MS // 1000, first))
+  return errors.ConfigError(
+      "task 0 (%s) answers but is not an `mtf_th server` of this cluster "
+      "(%s)" % (active.addresses[0], first))
+
+
 def preflight(model_dir, data_paths=()):
   """Asks the servers, before the graph: devices, then shared storage.
 
@@ -140,10 +160,7 @@ def preflight(model_dir, data_paths=()):
       try:
         names = [d.name for d in session.list_devices()]
       except tf.errors.OpError as e:
-        raise errors.ConfigError(
-            "task 0 (%s) answers but is not an `mtf_th server` of this "
-            "cluster (%s)" % (active.addresses[0],
-                              str(e).strip().splitlines()[0]))
+        raise _not_listed(active, e)
       active.device_type = _device_type(active, names)
       with tf.device(cluster_lib.device_name(0, 0, "CPU")):
         read = tf.io.read_file(probe)
