@@ -301,7 +301,10 @@ def load_size(path, heads=None):
     where = "--scaling %s: row %s" % (path, row.name)
     facts = model_facts(plan.config(row), where)
     try:
-      multiplies, cost_length = (int(float(record["multiplies"])),
+      # executed, not the paper's folded count (they differ for dynamic
+      # projections); older records have only `multiplies`
+      executed = record.get("multiplies_executed") or record["multiplies"]
+      multiplies, cost_length = (int(float(executed)),
                                  int(record["cost_length"]))
       attention_params = int(float(record["params"]))
     except (KeyError, TypeError, ValueError):
@@ -562,8 +565,8 @@ def markdown(result):
 
 NOTE = (
     "Training FLOPs = 2 (multiply-add) × 3 (forward and backward) × batch × "
-    "[layers × (attention multiplies per sequence, results.csv's "
-    "`multiplies`, + length × 2 × d_model × d_ff) + length × d_model × "
+    "[layers × (attention multiplies per sequence as executed, results.csv's "
+    "`multiplies_executed`, + length × 2 × d_model × d_ff) + length × d_model × "
     "vocabulary (the embedding shared with the softmax, the 259 byte ids "
     "padded to 384)] per step, × steps; batch, layers, length, d_model and "
     "d_ff are each row's gin macros.  Params: weights outside the embedding "
