@@ -230,7 +230,11 @@ def _read_manifest(path):
       raise ValueError("--scaling %s has no %s: give the --output_dir of a "
                        "recorded `mtf_th sweep`" % (path, name))
   with open(os.path.join(path, plan_lib.MANIFEST)) as f:
-    return json.load(f)
+    try:
+      return json.load(f)
+    except ValueError as e:
+      raise ValueError("--scaling %s: %s is not JSON (%s)"
+                       % (path, plan_lib.MANIFEST, e)) from None
 
 
 def _scaling_rows(path, rows, heads):
@@ -430,6 +434,13 @@ def _sizes(dirs, heads):
                        "%s has %s; give sweeps of the same variants"
                        % (first.path, ", ".join(first.rows), size.path,
                           ", ".join(size.rows)))
+  heads_of = {size.path: sorted({r.heads for r in size.rows.values()})
+              for size in sizes}
+  if len({tuple(h) for h in heads_of.values()}) > 1:
+    raise ValueError("--scaling: the sweeps' head counts differ (%s); one "
+                     "curve compares one head count (--scaling_heads H)"
+                     % "; ".join("%s: %s" % (p, ",".join(map(str, h)))
+                                 for p, h in heads_of.items()))
   seen = {}
   for size in sizes:
     key = (size.d_model, size.num_layers)
