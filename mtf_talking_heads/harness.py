@@ -48,7 +48,8 @@ def _to_export_dtype(x):
 
 
 def check_names(layers):
-  """Refuses two unnamed layers of one class in one stack.
+  """Refuses two layers of one stack that would share weights: two of one
+  name, or two unnamed layers of one class.
 
   mtf's LayerStack scopes each layer's variables by the layer's name, so two
   unnamed layers of one class would share one set of weights (the fault that
@@ -57,9 +58,16 @@ def check_names(layers):
   Raises:
     ValueError: naming the two positions and the fix.
   """
-  seen = {}
+  seen, names = {}, {}
   for i, layer in enumerate(layers):
-    if getattr(layer, "name", None):
+    name = getattr(layer, "name", None)
+    if name:
+      if name in names:
+        raise ValueError(
+            "layers[%d] and layers[%d] are both named %r: they would share "
+            "one set of weights; give each layer its own name"
+            % (names[name], i, name))
+      names[name] = i
       continue
     kind = type(layer).__name__
     if kind in seen:

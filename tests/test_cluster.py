@@ -388,7 +388,8 @@ def test_local_servers_die_with_the_process_that_started_them():
 
 @pytest.mark.parametrize("error, words", [
     (tf.errors.DeadlineExceededError(None, None, "Deadline Exceeded"),
-     "did not list the cluster's devices within 20 s (Deadline Exceeded)"),
+     "did not list the cluster's devices (timeout 20 s, or unreachable: "
+     "Deadline Exceeded)"),
     (tf.errors.UnavailableError(None, None, "Socket closed"),
      "is down, still starting, or was restarted moments ago"),
     (tf.errors.UnimplementedError(None, None, "unknown service"),

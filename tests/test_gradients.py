@@ -199,3 +199,6 @@ def test_harness_refuses_unnamed_layers_that_would_share_weights():
     harness.Harness(two, run=False)
   two[1].set_name("layer_001")
   harness.check_names(two)  # one unnamed and one named: accepted
+  two[0].set_name("layer_001")
+  with pytest.raises(ValueError, match=r"both named 'layer_001'"):
+    harness.check_names(two)

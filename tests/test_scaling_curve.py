@@ -280,6 +280,22 @@ def test_refusals(three_sizes, tmp_path, capsys):
     f.writelines(kept)
   assert ("row 02_talking_heads_8_32 has no finished run in results.csv "
           "yet" in refused([d128, str(partial)]))
+  # sweeps at different head counts (each with one)
+  rows = sweep.select_rows(sweep.paper_table_rows("lm_heads"), "4,8")
+  write_sweep(tmp_path / "h32", "lm_heads", {
+      "multi_head": {250: EARLY, 500: EARLY, 750: 2.4},
+      "talking_heads": {250: EARLY, 500: EARLY, 750: 2.3}}, seeds=1,
+              rows=rows)
+  assert "the sweeps' head counts differ" in refused(
+      [str(tmp_path / "h32"), d192])
+  # a corrupt manifest
+  broken = tmp_path / "broken"
+  write_sweep(broken, "scaling_d256", {
+      "multi_head": {250: EARLY, 500: EARLY, 750: 2.2},
+      "talking_heads": {250: EARLY, 500: EARLY, 750: 2.1}}, seeds=1)
+  with open(broken / "sweep.json", "w") as f:
+    f.write("{not json")
+  assert "sweep.json is not JSON" in refused([d128, str(broken)])
   assert not os.path.exists(out)  # nothing written by any refusal
 
 

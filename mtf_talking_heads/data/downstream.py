@@ -43,10 +43,11 @@ fine-tuned on them stays at the majority class):
                              context: <C>' -> the word after <w> in C.
   (and their _bytes variants)
 
-Two tasks that ask for what a language model knows rather than for a
-lookup in the inputs (docs/results.md, section 3b: a small model fine-tuned
-on them stays at the majority class as well), in their own mixture
-th_finetune_lexical[_bytes], not in th_finetune_embedded:
+Two tasks whose answer depends on what a language model knows (a sentence's
+word order, a word's spelling) rather than on matching a question against
+the inputs (docs/results.md, section 3b: a small model fine-tuned on them
+learns neither), in their own mixture th_finetune_lexical[_bytes], not in
+th_finetune_embedded:
 
   th_embedded_acceptability  CoLA's text-to-text form, accuracy:
                              "cola sentence: <S>" -> "acceptable" if S is a
@@ -353,8 +354,9 @@ def misspelling_example(words):
   """A SQuAD-form example: which word of the context is misspelt.
 
   One word of MISSPELLING_MIN_LETTERS letters or more (letters only, once in
-  the context) has its inner letters reversed, first and last kept; the
-  answer is that word as written.  Example: "Return the number of items in
+  the context, and its misspelling not a word of the context) has its inner
+  letters reversed, first and last kept; the answer is that word as
+  written, once in the context.  Example: "Return the number of items in
   the container" may give context "Return the number of items in the
   ceniatnor", answer "ceniatnor".
   """
@@ -362,7 +364,8 @@ def misspelling_example(words):
   candidates = [k for k, w in enumerate(words)
                 if w.isalpha() and w.isascii() and
                 len(w) >= MISSPELLING_MIN_LETTERS and words.count(w) == 1 and
-                w[1:-1] != w[-2:0:-1]]
+                w[1:-1] != w[-2:0:-1] and
+                w[0] + w[-2:0:-1] + w[-1] not in words]
   if not candidates:
     return None
   k = candidates[_hash(text) % len(candidates)]

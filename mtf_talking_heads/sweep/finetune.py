@@ -134,9 +134,10 @@ class Finetune(object):
       if model not in ENCODER_DECODER_MODELS:
         raise ValueError(
             "--finetune: row %s is a %s model; the downstream tasks are "
-            "text-to-text and need an encoder-decoder (the T5 tables, or the "
-            "small encdec_heads table). BERT/ALBERT fine-tuning needs "
-            "task heads, which this repository does not build"
+            "text-to-text and need an encoder-decoder (the T5 tables, or "
+            "the small encdec_heads and span_heads tables). BERT/ALBERT "
+            "fine-tuning needs task heads, which this repository does not "
+            "build"
             % (row.name, model))
     for name, value in (("finetune_steps", steps),
                         ("max_eval_examples", max_eval_examples)):

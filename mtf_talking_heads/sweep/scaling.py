@@ -230,7 +230,11 @@ def _read_manifest(path):
       raise ValueError("--scaling %s has no %s: give the --output_dir of a "
                        "recorded `mtf_th sweep`" % (path, name))
   with open(os.path.join(path, plan_lib.MANIFEST)) as f:
-    return json.load(f)
+    try:
+      return json.load(f)
+    except ValueError as e:
+      raise ValueError("--scaling %s: %s is not JSON (%s)"
+                       % (path, plan_lib.MANIFEST, e)) from None
 
 
 def _scaling_rows(path, rows, heads):
@@ -301,7 +305,10 @@ def load_size(path, heads=None):
     where = "--scaling %s: row %s" % (path, row.name)
     facts = model_facts(plan.config(row), where)
     try:
-      multiplies, cost_length = (int(float(record["multiplies"])),
+      # executed, not the paper's folded count (they differ for dynamic
+      # projections); older records have only `multiplies`
+      executed = record.get("multiplies_executed") or record["multiplies"]
+      multiplies, cost_length = (int(float(executed)),
                                  int(record["cost_length"]))
       attention_params = int(float(record["params"]))
     except (KeyError, TypeError, ValueError):
@@ -427,6 +434,13 @@ def _sizes(dirs, heads):
                        "%s has %s; give sweeps of the same variants"
                        % (first.path, ", ".join(first.rows), size.path,
                           ", ".join(size.rows)))
+  heads_of = {size.path: sorted({r.heads for r in size.rows.values()})
+              for size in sizes}
+  if len({tuple(h) for h in heads_of.values()}) > 1:
+    raise ValueError("--scaling: the sweeps' head counts differ (%s); one "
+                     "curve compares one head count (--scaling_heads H)"
+                     % "; ".join("%s: %s" % (p, ",".join(map(str, h)))
+                                 for p, h in heads_of.items()))
   seen = {}
   for size in sizes:
     key = (size.d_model, size.num_layers)
@@ -562,8 +576,8 @@ def markdown(result):
 
 NOTE = (
     "Training FLOPs = 2 (multiply-add) × 3 (forward and backward) × batch × "
-    "[layers × (attention multiplies per sequence, results.csv's "
-    "`multiplies`, + length × 2 × d_model × d_ff) + length × d_model × "
+    "[layers × (attention multiplies per sequence as executed, results.csv's "
+    "`multiplies_executed`, + length × 2 × d_model × d_ff) + length × d_model × "
     "vocabulary (the embedding shared with the softmax, the 259 byte ids "
     "padded to 384)] per step, × steps; batch, layers, length, d_model and "
     "d_ff are each row's gin macros.  Params: weights outside the embedding "

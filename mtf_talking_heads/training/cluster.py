@@ -123,10 +123,11 @@ def _not_listed(active, error):
   if isinstance(error, (tf.errors.DeadlineExceededError,
                         tf.errors.UnavailableError)):
     return errors.ConfigError(
-        "task 0 (%s) did not list the cluster's devices within %d s (%s): a "
-        "task of --cluster is down, still starting, or was restarted moments "
-        "ago; check that every `mtf_th server` of --cluster is running and "
-        "rerun" % (active.addresses[0], PREFLIGHT_TIMEOUT_MS // 1000, first))
+        "task 0 (%s) did not list the cluster's devices (timeout %d s, or "
+        "unreachable: %s): a task of --cluster is down, still starting, or "
+        "was restarted moments ago; check that every `mtf_th server` of "
+        "--cluster is running and rerun"
+        % (active.addresses[0], PREFLIGHT_TIMEOUT_MS // 1000, first))
   return errors.ConfigError(
       "task 0 (%s) answers but is not an `mtf_th server` of this cluster "
       "(%s)" % (active.addresses[0], first))
