@@ -327,15 +327,13 @@ def fit_power_law(points):
   Args:
     points: [(C, L)] with at least two distinct C, all positive.
   """
+  import numpy as np  # pylint: disable=g-import-not-at-top
   xs = [math.log(c) for c, _ in points]
-  ys = [math.log(l) for _, l in points]
   if len(set(xs)) < 2:
     raise ValueError("a power-law fit needs points at two compute budgets "
                      "at least, got %d" % len(set(xs)))
-  mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-  slope = (sum((x - mx) * (y - my) for x, y in zip(xs, ys))
-           / sum((x - mx) ** 2 for x in xs))
-  return math.exp(my - slope * mx), -slope
+  slope, intercept = np.polyfit(xs, [math.log(l) for _, l in points], 1)
+  return math.exp(intercept), -float(slope)
 
 
 def flops_for_loss(fit, loss):
