@@ -74,14 +74,6 @@ def _dense():
   return transformer_layers.DenseReluDense(hidden_size=D_FF)
 
 
-def _named(stack):
-  """Names the layers layer_000, layer_001, ... (mtf's LayerStack scopes
-  variables by name: unnamed layers of one class would share weights)."""
-  for i, layer in enumerate(stack):
-    layer.set_name("layer_%03d" % i)
-  return stack
-
-
 def make_model(row, num_layers=NUM_LAYERS, d_model=D_MODEL, batch=BATCH,
                length=LENGTH):
   """A Harness running one training step of the row's small model:
@@ -91,16 +83,16 @@ def make_model(row, num_layers=NUM_LAYERS, d_model=D_MODEL, batch=BATCH,
     stack = []
     for _ in range(num_layers):
       stack += [attention_layer(row), _dense()]
-    return harness.Harness(_named(stack), d_model=d_model, vocab=VOCAB,
+    return harness.Harness(harness.name_layers(stack), d_model=d_model, vocab=VOCAB,
                            batch=batch, length=length, optimizer_step=True)
   encoder, decoder = [], []
   for _ in range(num_layers):
     encoder += [attention_layer(row, **RELATIVE), _dense()]
     decoder += [attention_layer(row, **RELATIVE),
                 attention_layer(row, encdec=True), _dense()]
-  return harness.Harness(_named(decoder), d_model=d_model, vocab=VOCAB,
+  return harness.Harness(harness.name_layers(decoder), d_model=d_model, vocab=VOCAB,
                          batch=batch, length=length, optimizer_step=True,
-                         encoder_layers=_named(encoder),
+                         encoder_layers=harness.name_layers(encoder),
                          positional_embedding=False)
 
 

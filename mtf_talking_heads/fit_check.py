@@ -7,8 +7,8 @@ for every sharding strategy that applies: the layers' default, Auto, may
 pick any; and heads-parallel with its core recomputed when the gin files
 bind mtf_th.RecomputeCore to a layer's strategy) and, if even the smallest
 does not fit the target hardware with planner.DEFAULT_MARGIN left free,
-gives one line naming the plan command that lists what would fit: a warning for a TPU slice (warning(),
-launch/tpu.py), the reason to refuse a run on this machine's CPU
+gives one line naming the plan command that lists what would fit: a warning
+for a TPU slice (warning(), launch/tpu.py), the reason to refuse a run on this machine's CPU
 (cpu_refusal(), `mtf_th train` and `mtf_th finetune` before any graph is
 built: the logical CPU devices share the host's RAM).
 """

@@ -47,6 +47,14 @@ def _to_export_dtype(x):
   return x if x.dtype == tf.float64 else mtf.cast(x, tf.float32)
 
 
+def name_layers(layers):
+  """Names the layers layer_000, layer_001, ... in place; returns them
+  (mtf's LayerStack scopes variables by name: check_names)."""
+  for i, layer in enumerate(layers):
+    layer.set_name("layer_%03d" % i)
+  return layers
+
+
 def check_names(layers):
   """Refuses two layers of one stack that would share weights: two of one
   name, or two unnamed layers of one class.

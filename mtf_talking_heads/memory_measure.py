@@ -136,10 +136,7 @@ class StepGraph(object):
     for _ in range(config.num_layers):
       layer_list += [_layer(config),
                      transformer_layers.DenseReluDense(hidden_size=config.d_ff)]
-    # a LayerStack's unnamed layers share one variable scope, so each
-    # block's layers would reuse the first block's weights
-    for i, layer in enumerate(layer_list):
-      layer.set_name("layer_%03d" % i)
+    harness.name_layers(layer_list)  # else each block reuses block 0's
     mesh_shape = _mesh_string(config)
     layout = mtf.convert_to_layout_rules(full_layout(config, layer_list[0]))
     self.layout = layout

@@ -202,3 +202,6 @@ def test_harness_refuses_unnamed_layers_that_would_share_weights():
   two[0].set_name("layer_001")
   with pytest.raises(ValueError, match=r"both named 'layer_001'"):
     harness.check_names(two)
+  assert [l.name for l in harness.name_layers(two)] == ["layer_000",
+                                                       "layer_001"]
+  harness.check_names(two)

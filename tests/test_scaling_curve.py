@@ -339,3 +339,16 @@ def test_vocab_divisor_is_the_models():
   with open(os.path.join(os.path.dirname(package_init), "models.py")) as f:
     value, = re.findall(r"^VOCAB_DIVISOR = (\d+)", f.read(), re.M)
   assert scaling.VOCAB_DIVISOR == int(value)
+
+
+def test_plan_from_manifest_is_the_manifests_inverse(tmp_path):
+  # lm_variants has dynamic tuples and grouped rows (groups set); lm_heads
+  # rows have no groups (dropped from the manifest)
+  for table in ("lm_variants", "lm_heads"):
+    plan = sweep.Plan(sweep.paper_table_rows(table), str(tmp_path),
+                      scale="small", eval_steps=STEPS, table=table,
+                      gin_params=("seed = 2",))
+    again = sweep.Plan.from_manifest(
+        json.loads(json.dumps(plan.manifest())), str(tmp_path))
+    assert again.rows == plan.rows
+    assert again.manifest() == plan.manifest()

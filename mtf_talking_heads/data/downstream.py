@@ -314,15 +314,16 @@ def cloze_example(context):
   return example if _fits(example, text) else None
 
 
+def _from_starts(documents, count, make):
+  """make(first `count` words) of every document that long, where it
+  gives an example."""
+  starts = (_words(d, count) for d in documents)
+  return [e for e in (make(w) for w in starts if w) if e]
+
+
 def cloze_examples(documents):
   """Cloze examples: one per document of CONTEXT_WORDS words or more."""
-  out = []
-  for doc in documents:
-    context = _words(doc, CONTEXT_WORDS)
-    example = cloze_example(context) if context else None
-    if example:
-      out.append(example)
-  return out
+  return _from_starts(documents, CONTEXT_WORDS, cloze_example)
 
 
 def acceptability_example(words):
@@ -345,9 +346,7 @@ def acceptability_example(words):
 
 
 def acceptability_examples(documents):
-  return [e for e in (acceptability_example(w) for w in
-                      (_words(d, ACCEPTABILITY_WORDS) for d in documents) if w)
-          if e]
+  return _from_starts(documents, ACCEPTABILITY_WORDS, acceptability_example)
 
 
 def misspelling_example(words):
@@ -377,9 +376,7 @@ def misspelling_example(words):
 
 
 def misspelling_examples(documents):
-  return [e for e in (misspelling_example(w) for w in
-                      (_words(d, MISSPELLING_WORDS) for d in documents) if w)
-          if e]
+  return _from_starts(documents, MISSPELLING_WORDS, misspelling_example)
 
 
 def copy_examples(documents, length=COPY_BYTES):

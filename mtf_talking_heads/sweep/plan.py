@@ -285,6 +285,24 @@ class Plan(object):
       manifest["finetune"] = self.finetune.manifest()
     return manifest
 
+  @classmethod
+  def from_manifest(cls, manifest, output_dir):
+    """The Plan a sweep.json records (manifest()'s inverse, without seeds or
+    a fine-tuning stage).
+
+    Raises:
+      KeyError, TypeError: not a manifest; ValueError: a bad field.
+    """
+    rows = [rows_lib.Row(**dict(r, dynamic=tuple(r["dynamic"]),
+                                gin_files=tuple(r["gin_files"]),
+                                gin_params=tuple(r["gin_params"])))
+            for r in manifest["rows"]]
+    return cls(rows, output_dir, scale=manifest["scale"],
+               train_steps=manifest["train_steps"],
+               eval_steps=manifest["eval_steps"], table=manifest["table"],
+               gin_files=manifest.get("extra_gin_files", ()),
+               gin_params=manifest.get("extra_gin_params", ()))
+
   def _pretraining_manifest(self):
     return dict(
         table=self.table, scale=self.scale, train_steps=self.train_steps,

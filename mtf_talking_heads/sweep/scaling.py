@@ -214,13 +214,6 @@ class Size(object):
             for step in steps]
 
 
-def _manifest_rows(manifest):
-  return [rows_lib.Row(**dict(r, dynamic=tuple(r["dynamic"]),
-                              gin_files=tuple(r["gin_files"]),
-                              gin_params=tuple(r["gin_params"])))
-          for r in manifest["rows"]]
-
-
 def _read_manifest(path):
   if not os.path.isdir(path):
     raise ValueError("--scaling %s is not a directory: give the --output_dir "
@@ -282,12 +275,7 @@ def load_size(path, heads=None):
   """
   manifest = _read_manifest(path)
   try:
-    plan = plan_lib.Plan(
-        _manifest_rows(manifest), path, scale=manifest["scale"],
-        train_steps=manifest["train_steps"],
-        eval_steps=manifest["eval_steps"], table=manifest["table"],
-        gin_files=manifest.get("extra_gin_files", ()),
-        gin_params=manifest.get("extra_gin_params", ()))
+    plan = plan_lib.Plan.from_manifest(manifest, path)
   except (KeyError, TypeError) as e:
     raise ValueError("--scaling %s: %s is not a sweep manifest (%s)"
                      % (path, plan_lib.MANIFEST, e)) from None
@@ -339,15 +327,13 @@ def fit_power_law(points):
   Args:
     points: [(C, L)] with at least two distinct C, all positive.
   """
+  import numpy as np  # pylint: disable=g-import-not-at-top
   xs = [math.log(c) for c, _ in points]
-  ys = [math.log(l) for _, l in points]
   if len(set(xs)) < 2:
     raise ValueError("a power-law fit needs points at two compute budgets "
                      "at least, got %d" % len(set(xs)))
-  mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-  slope = (sum((x - mx) * (y - my) for x, y in zip(xs, ys))
-           / sum((x - mx) ** 2 for x in xs))
-  return math.exp(my - slope * mx), -slope
+  slope, intercept = np.polyfit(xs, [math.log(l) for _, l in points], 1)
+  return math.exp(intercept), -float(slope)
 
 
 def flops_for_loss(fit, loss):
