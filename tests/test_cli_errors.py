@@ -18,6 +18,7 @@ T5 = ["experiments/t5_heads/07_talking_heads_24_32.gin", "models/t5_tiny.gin"]
 BERT = ["experiments/bert_heads/01_multi_head_12_64.gin", "models/bert_tiny.gin"]
 ALBERT = ["experiments/albert_heads/01_multi_head_6_128.gin",
           "models/albert_tiny.gin"]
+LM = ["experiments/lm_heads/06_talking_heads_8_16.gin", "models/lm_tiny.gin"]
 
 # name -> (gin files, gin params, words the message must contain)
 CASES = {
@@ -60,6 +61,14 @@ CASES = {
                                ["aligned", "targets_length"]),
     "longer_than_position_table": (ALBERT, ["transformer.Unitransformer.max_length = 32"],
                                    ["position embedding", "max_length = 32"]),
+    # a decoder-only fine-tuning reads "<inputs> EOS <targets> EOS": 16 + 32
+    # positions do not fit lm_tiny's table of 32
+    "delimited_lm_longer_than_position_table": (
+        LM + ["experiments/finetune_embedded_lm.gin"],
+        ["inputs_length = 32", "targets_length = 16",
+         "transformer.Unitransformer.max_length = 32"],
+        ["sequence length 48 (inputs_length + targets_length)",
+         "position embedding", "max_length = 32"]),
     "bad_attention_arg": (T5 + ["attention/dynamic_projections.gin"],
                           ["dynamic = ['x2q']"], ["dynamic", "x2q"]),
     "bad_mesh_string": (T5, ["mesh_shape = 'model=4'"], ["mesh_shape", "model:8"]),
@@ -99,6 +108,11 @@ def outcomes(tmp_path_factory):
 
 # name -> (gin files, gin params) that the checks must accept
 ACCEPTED = {
+    # the decoder-only fine-tuning of a tiny LM: 16 + 16 = its 32 positions
+    "delimited_lm_fits_position_table": (
+        LM + ["experiments/finetune_embedded_lm.gin"],
+        ["inputs_length = 16", "targets_length = 16",
+         "transformer.Unitransformer.max_length = 32"]),
     # a strategy's own dim (core_shard) and heads_k, heads_v on one axis
     "batch_split_layout": (T5, [
         "mesh_shape = 'model:2'",

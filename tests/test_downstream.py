@@ -99,6 +99,47 @@ def test_acceptability_and_misspelling_examples_hold_their_answers():
           "targets": "nebmur", "answers": ["nebmur"]}
 
 
+def test_nli_hypotheses_continue_the_premise_or_not_by_label():
+  docs = downstream._documents("validation")
+  n = downstream.NLI_PREMISE_WORDS
+  m = n + downstream.NLI_HYPOTHESIS_WORDS
+  starts = [w for w in (downstream._words(d, m) for d in docs) if w]
+  following = {" ".join(w[:n]): w[n:] for w in starts}
+  rows = downstream.nli_examples(docs)
+  labels = [r["targets"] for r in rows]
+  for label in downstream.ENTAILMENT_LABELS:
+    assert 0.25 < labels.count(label) / len(labels) < 0.42, label
+  for r in rows:
+    premise, hypothesis = re.match(r"mnli premise: (.*) hypothesis: (.*)$",
+                                   r["inputs"]).groups()
+    truth, hypothesis = following[premise], hypothesis.split()
+    if r["targets"] == "entailment":
+      assert hypothesis == truth
+    elif r["targets"] == "contradiction":
+      assert sorted(hypothesis) == sorted(truth) and hypothesis != truth
+    else:  # the continuation of another document's premise
+      assert hypothesis != truth and hypothesis in [
+          w[n:] for w in starts if " ".join(w[:n]) != premise]
+
+
+def test_lm_views_fit_one_128_position_sequence():
+  """The decoder-only mixture's tasks: the examples of three tasks whose
+  "<inputs> EOS <targets> EOS" fits 128 bytes, most of them."""
+  for base in downstream.LM_TASKS:
+    for split in ("train", "validation"):
+      rows = downstream.examples(base, split)
+      view = downstream.examples(base + downstream.LM_SUFFIX, split)
+      assert view == [r for r in rows if downstream.fits_lm(r)]
+      assert len(view) > 0.8 * len(rows), (base, split)
+      assert max(len(r["inputs"].encode()) + len(r["targets"].encode())
+                 for r in view) + 2 <= 128
+  mixture = seqio.get_mixture_or_task("th_finetune_lm_bytes")
+  assert sorted(t.name for t in mixture.tasks) == [
+      "th_embedded_acceptability_lm_bytes",
+      "th_embedded_misspelling_lm_bytes", "th_embedded_nli_lm_bytes"]
+  assert [t.name for t in metrics.scored_tasks("th_finetune_lm_bytes")]
+
+
 def test_mixtures_are_examples_proportional_in_each_vocabulary():
   for byte_level in (False, True):
     cls, span, name = downstream.task_names(byte_level)
@@ -230,6 +271,29 @@ def test_dry_run_of_the_paper_mixture_prints_the_tpu_commands(tmp_path,
   assert "pre-flight of `mtf_th finetune` passed for all 1 rows" in err
 
 
+@pytest.mark.parametrize("scale, lengths", [("small", (112, 16, 128)),
+                                           ("tiny", (16, 16, 32))])
+def test_dry_run_of_a_decoder_only_row_fine_tunes_it_as_delimited_lm(
+    scale, lengths, tmp_path, capsys):
+  """lm_heads rows fine-tune on th_finetune_lm_bytes in one sequence of the
+  pre-training's length (lm_small: 128, lm_tiny: 32), and the fine-tuning's
+  pre-flight passes (delimited_lm, inputs + targets = max_length)."""
+  code = cli.main(["sweep", "--paper_table", "lm_heads", "--rows", "6",
+                   "--scale", scale, "--output_dir", str(tmp_path / "out"),
+                   "--finetune", "--finetune_steps", "500", "--dry_run"])
+  out, err = capsys.readouterr()
+  assert code == 0, err
+  finetune, = [l for l in out.splitlines() if l.startswith("mtf_th finetune")]
+  assert "experiments/finetune_embedded_lm.gin" in finetune
+  assert "th_finetune_lm_bytes" in finetune
+  assert ("--gin_param 'inputs_length = %d' --gin_param 'targets_length = "
+          "%d' --gin_param 'transformer.Unitransformer.max_length = %d'"
+          % lengths) in finetune
+  assert "embedded continuation NLI acc. (not MNLI-m)" in out
+  assert "continuation NLI accuracy), stand-ins" in out
+  assert "pre-flight of `mtf_th finetune` passed for all 1 rows" in err
+
+
 @pytest.mark.parametrize("args, pattern", [
     (["--paper_table", "t5_heads", "--rows", "1", "--finetune",
       "--finetune_mixture", finetune_lib.PAPER_MIXTURE],
@@ -239,9 +303,13 @@ def test_dry_run_of_the_paper_mixture_prints_the_tpu_commands(tmp_path,
       "{tmp}/none"], "reads 23 TFDS datasets that --data_dir={tmp}/none lacks"),
     (["--paper_table", "bert_heads", "--rows", "1", "--finetune"],
      "row 01_multi_head_12_64 is a bert model"),
-    (["--paper_table", "lm_heads", "--rows", "2", "--finetune"],
-     "row 02_multi_head_8_16 is a lm model; .* the small encdec_heads and "
-     "span_heads tables"),
+    (["--paper_table", "albert_heads", "--rows", "1", "--finetune"],
+     "row 01_multi_head_6_128 is a albert model; .* the small encdec_heads "
+     "and span_heads tables\\) or a decoder-only LM"),
+    (["--paper_table", "lm_heads", "--rows", "2", "--finetune",
+      "--finetune_mixture", "th_finetune_embedded_bytes"],
+     "row 02_multi_head_8_16 is a decoder-only LM, .* it needs "
+     "th_finetune_lm_bytes"),
     (["--paper_table", "t5_heads", "--rows", "1", "--finetune_steps", "4"],
      "--finetune_steps goes with --finetune"),
     (["--paper_table", "encdec_heads", "--rows", "1", "--finetune",

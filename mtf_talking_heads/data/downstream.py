@@ -30,8 +30,8 @@ imports this module; nothing is read until a dataset is requested):
 
 Both are answered from the text by matching: whether (and in what order)
 the hypothesis's words occur in the premise, where the question's window
-sits in the context; a small pre-trained model learns them in a few
-hundred fine-tuning steps (docs/results.md, "Downstream").
+sits in the context; the small encoder-decoders of docs/results.md (section
+3b) stay at the majority class on both.
 
 Two earlier tasks stay registered (not in the mixtures; a small model
 fine-tuned on them stays at the majority class):
@@ -58,6 +58,25 @@ th_finetune_embedded:
                              -> the one word of C (a document's first
                              MISSPELLING_WORDS words) whose inner letters
                              were reversed.
+
+A classification whose answer depends on what a language model knows (is
+a run of words the text's continuation), in MNLI's form:
+
+  th_embedded_nli            "mnli premise: <P> hypothesis: <H>" (P: a
+                             document's first NLI_PREMISE_WORDS words)
+                             -> "entailment"    H: the next
+                                                NLI_HYPOTHESIS_WORDS words,
+                                "contradiction" the same words shuffled,
+                                "neutral"       the next words after another
+                                                document's premise;
+                             a third each, accuracy.
+
+The decoder-only models' mixture th_finetune_lm[_bytes] (fine-tuned as
+mtf's delimited_lm: experiments/finetune_embedded_lm.gin) has views of three
+tasks cut to the examples whose inputs fit MAX_LM_INPUT_BYTES, so that
+"<inputs> EOS <targets> EOS" fits the 128 positions of pre-training:
+th_embedded_nli_lm, th_embedded_acceptability_lm and
+th_embedded_misspelling_lm (and their _bytes variants).
 
 A diagnostic task, bytes only (not in the mixtures):
 
@@ -98,10 +117,17 @@ NEXT_WORD = "th_embedded_next_word"
 COPY = "th_copy"
 ACCEPTABILITY = "th_embedded_acceptability"
 MISSPELLING = "th_embedded_misspelling"
+NLI = "th_embedded_nli"
 TASKS = (CLASSIFICATION, SPAN, CONTINUATION, NEXT_WORD, ACCEPTABILITY,
-         MISSPELLING)
+         MISSPELLING, NLI)
 LEXICAL_MIXTURE = "th_finetune_lexical"
 MIXTURE = "th_finetune_embedded"
+# The decoder-only models' mixture: views of three tasks cut to the examples
+# that fit one 128-position sequence "<inputs> EOS <targets> EOS".
+LM_MIXTURE = "th_finetune_lm"
+LM_SUFFIX = "_lm"
+LM_TASKS = (NLI, ACCEPTABILITY, MISSPELLING)
+MAX_LM_INPUT_BYTES = 111
 BYTES_SUFFIX = "_bytes"
 MAX_WORDS = 8
 MIN_CONTEXT_WORDS = 4
@@ -119,6 +145,8 @@ ACCEPTABILITY_WORDS = 8
 ACCEPTABILITY_LABELS = ("acceptable", "unacceptable")
 MISSPELLING_WORDS = 10
 MISSPELLING_MIN_LETTERS = 6
+NLI_PREMISE_WORDS = 8
+NLI_HYPOTHESIS_WORDS = 4
 COPY_BYTES = 32
 COPY_SLICES_PER_DOCUMENT = 4
 # Examples per split and task (the corpus has ~24k train documents).
@@ -379,6 +407,59 @@ def misspelling_examples(documents):
   return _from_starts(documents, MISSPELLING_WORDS, misspelling_example)
 
 
+def nli_example(words, other):
+  """An MNLI-form example about a continuation, or None.
+
+  Args:
+    words: a document's first NLI_PREMISE_WORDS + NLI_HYPOTHESIS_WORDS
+      words: the premise, then its continuation.
+    other: the same of another document (the neutral hypothesis's source).
+  Returns:
+    dict(inputs, targets) with targets one of ENTAILMENT_LABELS, a hash of
+    the words picking it:
+      "entailment"    the hypothesis is the premise's continuation,
+      "contradiction" the same words shuffled,
+      "neutral"       the continuation of another document's premise.
+
+  Example: "Return the number of items in the container of type list" gives
+  premise "Return the number of items in the container" and hypothesis "of
+  type list" in one of the three forms.
+  """
+  n = NLI_PREMISE_WORDS
+  premise, hypothesis = words[:n], words[n:]
+  h = _hash(" ".join(words))
+  label = ENTAILMENT_LABELS[h % 3]
+  if label == "contradiction":
+    shuffled = list(hypothesis)
+    random.Random(h).shuffle(shuffled)
+    if shuffled == hypothesis:
+      return None
+    hypothesis = shuffled
+  elif label == "neutral":
+    hypothesis = other[n:]
+    if hypothesis == words[n:]:
+      return None
+  example = {"inputs": "mnli premise: %s hypothesis: %s"
+                       % (" ".join(premise), " ".join(hypothesis)),
+             "targets": label}
+  text = " ".join(words + hypothesis)
+  return example if _fits(example, text) else None
+
+
+def nli_examples(documents):
+  """NLI examples: one per document of NLI_PREMISE_WORDS +
+  NLI_HYPOTHESIS_WORDS words or more (the neutral hypothesis comes from the
+  next such document)."""
+  count = NLI_PREMISE_WORDS + NLI_HYPOTHESIS_WORDS
+  starts = [w for w in (_words(d, count) for d in documents) if w]
+  out = []
+  for i, words in enumerate(starts):
+    example = nli_example(words, starts[(i + 1) % len(starts)])
+    if example:
+      out.append(example)
+  return out
+
+
 def copy_examples(documents, length=COPY_BYTES):
   """Copy examples: inputs and targets the same `length` characters.
 
@@ -404,8 +485,8 @@ def copy_examples(documents, length=COPY_BYTES):
 _MAKERS = {CLASSIFICATION: entailment_examples, SPAN: cloze_examples,
            CONTINUATION: continuation_examples, NEXT_WORD: next_word_examples,
            COPY: copy_examples, ACCEPTABILITY: acceptability_examples,
-           MISSPELLING: misspelling_examples}
-_SPAN_TASKS = (SPAN, NEXT_WORD, MISSPELLING)
+           MISSPELLING: misspelling_examples, NLI: nli_examples}
+_SPAN_TASKS = (SPAN, NEXT_WORD, MISSPELLING, MISSPELLING + LM_SUFFIX)
 _CACHE = {}
 
 
@@ -415,14 +496,26 @@ def _documents(split):
     return [line.rstrip("\n") for line in f if line.strip()]
 
 
+def fits_lm(example):
+  """Whether `example` fits a decoder-only model's 128 positions on bytes:
+  inputs of MAX_LM_INPUT_BYTES bytes or fewer (+ EOS), targets of
+  MAX_TARGET_BYTES (+ EOS)."""
+  return len(example["inputs"].encode("utf-8")) <= MAX_LM_INPUT_BYTES
+
+
 def examples(task, split):
-  """The examples of `task` (one of TASKS) in `split` (cached)."""
+  """The examples of `task` (one of TASKS, or an LM_TASKS name + LM_SUFFIX:
+  those that fit_lm) in `split` (cached)."""
   if split not in corpus.SPLITS:
     raise ValueError("split must be one of %s, got %r" % (corpus.SPLITS, split))
-  if task not in _MAKERS:
+  lm_views = tuple(t + LM_SUFFIX for t in LM_TASKS)
+  if task not in _MAKERS and task not in lm_views:
     raise ValueError("task must be one of %s, got %r"
-                     % (TASKS + (COPY,), task))
+                     % (TASKS + lm_views + (COPY,), task))
   key = (task, split)
+  if task in lm_views and key not in _CACHE:
+    base = task[:-len(LM_SUFFIX)]
+    _CACHE[key] = [r for r in examples(base, split) if fits_lm(r)]
   if key not in _CACHE:
     make = _MAKERS[task]
     rows = make(_documents(split))
@@ -481,7 +574,7 @@ def register():
   for byte_level, vocabulary in ((False, vocab.get_vocabulary()),
                                  (True, seqio.ByteVocabulary())):
     suffix = BYTES_SUFFIX if byte_level else ""
-    for base in TASKS:
+    for base in TASKS + tuple(t + LM_SUFFIX for t in LM_TASKS):
       if base in _SPAN_TASKS:
         _add(base + suffix, base, vocabulary, [t5_metrics.squad],
              t5_postprocessors.qa)
@@ -496,6 +589,11 @@ def register():
       seqio.MixtureRegistry.remove(lexical)
     seqio.MixtureRegistry.add(lexical, [(ACCEPTABILITY + suffix, _rate),
                                         (MISSPELLING + suffix, _rate)])
+    lm = LM_MIXTURE + suffix
+    if lm in seqio.MixtureRegistry.names():
+      seqio.MixtureRegistry.remove(lm)
+    seqio.MixtureRegistry.add(lm, [(t + LM_SUFFIX + suffix, _rate)
+                                   for t in LM_TASKS])
   _add(COPY + BYTES_SUFFIX, COPY, seqio.ByteVocabulary(),
        [t5_metrics.sequence_accuracy], None)
 

@@ -10,10 +10,17 @@ metrics (downstream.md, cf. Appendix B).  run.py executes the commands,
 report.py prints the columns.  Imports no TensorFlow.
 
 Mixtures:
-  th_finetune_embedded[_bytes]  (default) the embedded benchmark built from
-      the local corpus (data/downstream.py); the columns are its stand-ins:
-      cloze span F1 (for SQuAD) and entailment accuracy (for MNLI-m).
-      The byte-level variant is chosen for rows pre-trained on bytes.
+  th_finetune_embedded[_bytes]  (default for encoder-decoder rows) the
+      embedded benchmark built from the local corpus (data/downstream.py);
+      the columns are its stand-ins: cloze span F1 (for SQuAD) and
+      entailment accuracy (for MNLI-m).  The byte-level variant is chosen
+      for rows pre-trained on bytes.
+  th_finetune_lm[_bytes]  (default for decoder-only rows: lm_heads,
+      lm_variants, scaling_*) the embedded tasks that fit one sequence of
+      the pre-training's length, fine-tuned text-to-text as mtf's
+      delimited_lm ("<inputs> EOS <targets> EOS", loss on the targets;
+      experiments/finetune_embedded_lm.gin); the columns: misspelt-word span
+      F1 (for SQuAD) and continuation NLI accuracy (for MNLI-m).
   th_finetune_squad_glue_superglue  the paper's mixture, read by TFDS from
       --data_dir (a bucket prepared with `tfds build`); t5's tasks use t5's
       SentencePiece vocabulary, so every stage of such a sweep binds
@@ -38,6 +45,11 @@ PAPER_MIXTURE = "th_finetune_squad_glue_superglue"
 # 100 sentinels.
 T5_VOCABULARY = "gs://t5-data/vocabs/cc_all.32000/sentencepiece.model"
 ENCODER_DECODER_MODELS = ("t5", "encdec")
+DECODER_ONLY_MODELS = ("lm",)
+LM_MIXTURE = "th_finetune_lm"
+# A decoder-only row fine-tunes on one sequence of its pre-training length P:
+# inputs P - LM_TARGETS_LENGTH, targets LM_TARGETS_LENGTH (EOS included).
+LM_TARGETS_LENGTH = 16
 # results.csv columns of the stage (after results.RESULT_COLUMNS).
 COLUMNS = results.FINETUNE_COLUMNS
 # (task, metric) of the two columns, per mixture family.
@@ -46,11 +58,15 @@ _PAPER_COLUMNS = {
                     ("glue_mnli_matched_v002", "accuracy")),
     EMBEDDED_MIXTURE: (("th_embedded_cloze", "f1"),
                        ("th_embedded_entailment", "accuracy")),
+    LM_MIXTURE: (("th_embedded_misspelling_lm", "f1"),
+                 ("th_embedded_nli_lm", "accuracy")),
 }
 _LABELS = {
     PAPER_MIXTURE: ("SQuAD v1.1 dev-F1", "MNLI-m dev"),
     EMBEDDED_MIXTURE: ("embedded cloze F1 (not SQuAD)",
                        "embedded entailment acc. (not MNLI-m)"),
+    LM_MIXTURE: ("embedded misspelling F1 (not SQuAD)",
+                 "embedded continuation NLI acc. (not MNLI-m)"),
 }
 
 
@@ -66,7 +82,7 @@ def column_tasks(mixture):
   if family is None:
     return None
   suffix = BYTES_SUFFIX if mixture.endswith(BYTES_SUFFIX) else ""
-  return tuple((task + (suffix if family == EMBEDDED_MIXTURE else ""), metric)
+  return tuple((task + (suffix if family != PAPER_MIXTURE else ""), metric)
                for task, metric in _PAPER_COLUMNS[family])
 
 
@@ -113,8 +129,10 @@ class Finetune(object):
          "--max_eval_examples", "16"]]
 
   Args:
-    plan: the sweep's Plan (rows of encoder-decoder models only: t5, encdec).
-    mixture: the fine-tuning mixture (default: th_finetune_embedded, or its
+    plan: the sweep's Plan (rows of text-to-text models: t5, encdec, and
+      decoder-only lm rows, fine-tuned as delimited_lm).
+    mixture: the fine-tuning mixture (default: th_finetune_embedded for
+      encoder-decoders, th_finetune_lm for decoder-only rows, each with its
       _bytes variant for rows pre-trained on bytes).
     steps: fine-tuning steps (default: finetune.gin's 131072).
     max_eval_examples: held-out examples per task for the metrics (None:
@@ -131,13 +149,13 @@ class Finetune(object):
     self.plan = plan
     for row in plan.rows:
       model = plan_model(plan, row)
-      if model not in ENCODER_DECODER_MODELS:
+      if model not in ENCODER_DECODER_MODELS + DECODER_ONLY_MODELS:
         raise ValueError(
             "--finetune: row %s is a %s model; the downstream tasks are "
             "text-to-text and need an encoder-decoder (the T5 tables, or "
-            "the small encdec_heads and span_heads tables). BERT/ALBERT "
-            "fine-tuning needs task heads, which this repository does not "
-            "build"
+            "the small encdec_heads and span_heads tables) or a decoder-only "
+            "LM (lm_heads, lm_variants, scaling_*). BERT/ALBERT fine-tuning "
+            "needs task heads, which this repository does not build"
             % (row.name, model))
     for name, value in (("finetune_steps", steps),
                         ("max_eval_examples", max_eval_examples)):
@@ -157,17 +175,32 @@ class Finetune(object):
     self.total_steps = plan.train_steps + self.default_steps()
 
   def _check_vocabulary(self, row):
-    """The embedded mixture must be in the pre-training's vocabulary."""
-    if _family(self.mixture_for(row)) != EMBEDDED_MIXTURE:
-      return
+    """An embedded mixture must be in the pre-training's vocabulary; a
+    decoder-only row needs the mixture whose examples fit its sequence."""
+    family = _family(self.mixture_for(row))
     pre_bytes = self._pretraining_mixture(row).endswith(BYTES_SUFFIX)
+    wanted = self._default_family(row) + (BYTES_SUFFIX if pre_bytes else "")
+    if self._decoder_only(row) and family != LM_MIXTURE:
+      raise ValueError(
+          "--finetune_mixture %s: row %s is a decoder-only LM, fine-tuned "
+          "on one sequence of its pre-training length; it needs %s (the "
+          "tasks' examples that fit); leave --finetune_mixture out to get it"
+          % (self.mixture, row.name, wanted))
+    if family not in (EMBEDDED_MIXTURE, LM_MIXTURE):
+      return
     if self.mixture_for(row).endswith(BYTES_SUFFIX) != pre_bytes:
       raise ValueError(
           "--finetune_mixture %s: row %s was pre-trained on %s (%s), so it "
           "needs %s (the same vocabulary); leave --finetune_mixture out to "
           "get it" % (self.mixture, row.name, self._pretraining_mixture(row),
                       "bytes" if pre_bytes else "SentencePiece",
-                      EMBEDDED_MIXTURE + (BYTES_SUFFIX if pre_bytes else "")))
+                      family + (BYTES_SUFFIX if pre_bytes else "")))
+
+  def _decoder_only(self, row):
+    return plan_model(self.plan, row) in DECODER_ONLY_MODELS
+
+  def _default_family(self, row):
+    return LM_MIXTURE if self._decoder_only(row) else EMBEDDED_MIXTURE
 
   def _pretraining_mixture(self, row):
     return str(self.plan.config(row).get("MIXTURE_NAME") or "")
@@ -181,13 +214,37 @@ class Finetune(object):
     if self.mixture:
       return self.mixture
     pretraining = self._pretraining_mixture(row)
-    return EMBEDDED_MIXTURE + (BYTES_SUFFIX if pretraining.endswith(
+    return self._default_family(row) + (BYTES_SUFFIX if pretraining.endswith(
         BYTES_SUFFIX) else "")
 
   def gin_file(self, row):
+    if self._decoder_only(row):
+      return "experiments/finetune_embedded_lm.gin"
     family = _family(self.mixture_for(row))
-    return ("experiments/finetune_embedded.gin" if family == EMBEDDED_MIXTURE
+    return ("experiments/finetune_embedded.gin"
+            if family in (EMBEDDED_MIXTURE, LM_MIXTURE)
             else "experiments/finetune.gin")
+
+  def length_params(self, row):
+    """A decoder-only row's sequence lengths: inputs + targets = the
+    pre-training's length P (its position embedding table), [] otherwise.
+
+    Example: lm_heads rows (P = 128) give inputs_length = 112,
+    targets_length = 16, transformer.Unitransformer.max_length = 128.
+    """
+    if not self._decoder_only(row):
+      return []
+    length = rows_lib.positive_int(
+        self.plan.config(row).require("targets_length", row.name),
+        "targets_length", row.name)
+    if length <= LM_TARGETS_LENGTH:
+      raise ValueError(
+          "--finetune: row %s is pre-trained on sequences of %d positions; a "
+          "decoder-only fine-tuning needs more than the %d of the targets"
+          % (row.name, length, LM_TARGETS_LENGTH))
+    return ["inputs_length = %d" % (length - LM_TARGETS_LENGTH),
+            "targets_length = %d" % LM_TARGETS_LENGTH,
+            "transformer.Unitransformer.max_length = %d" % length]
 
   def vocabulary_params(self):
     return vocabulary_params(self.mixture)
@@ -212,7 +269,7 @@ class Finetune(object):
     files = list(self.plan.row_files(row)) + [self.gin_file(row)]
     params = list(self.plan.row_params(row, seed)) + [
         "train_steps = %d" % self.plan.train_steps,
-        "MIXTURE_NAME = %r" % self.mixture_for(row)]
+        "MIXTURE_NAME = %r" % self.mixture_for(row)] + self.length_params(row)
     return files, params
 
   def model_dir(self, row, seed):
@@ -297,11 +354,13 @@ def columns_note(stage):
           "(`mtf_th eval --metrics`); every task's metrics in `%s`."
           % (stage.default_steps(), stage.total_steps, ", ".join(mixtures),
              DOWNSTREAM_MD))
-  if all(_family(m) == EMBEDDED_MIXTURE for m in mixtures):
+  families = {_family(m) for m in mixtures}
+  kinds = {EMBEDDED_MIXTURE: "cloze span F1, copied-words entailment accuracy",
+           LM_MIXTURE: "misspelt-word span F1, continuation NLI accuracy"}
+  if len(families) == 1 and families <= set(kinds):
     text += (" These are the embedded benchmark built from the local corpus "
-             "(cloze span F1, copied-words entailment accuracy), stand-ins "
-             "for the paper's SQuAD v1.1 and MNLI-m columns, not those "
-             "benchmarks.")
+             "(%s), stand-ins for the paper's SQuAD v1.1 and MNLI-m columns, "
+             "not those benchmarks." % kinds[families.pop()])
   return text
 
 

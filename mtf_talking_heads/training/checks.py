@@ -110,11 +110,15 @@ def check_settings(settings, description, num_devices=None):
         "length, got %s: set targets_length = %%inputs_length" % lengths)
   if description.positional_embedding and description.max_length is not None:
     longest = max(lengths.values())
+    if settings.model_type == "delimited_lm":  # "<inputs> EOS <targets> EOS"
+      longest = lengths["inputs"] + lengths["targets"]
     if longest > description.max_length:
       raise errors.ConfigError(
-          "sequence length %d does not fit the position embedding table "
+          "sequence length %d%s does not fit the position embedding table "
           "(Unitransformer.max_length = %d): raise max_length or shorten "
-          "inputs_length" % (longest, description.max_length))
+          "inputs_length" % (longest, " (inputs_length + targets_length)"
+                             if settings.model_type == "delimited_lm" else "",
+                             description.max_length))
   _check_span_lengths(settings)
   axis = _mesh_axis_of(settings, "length")
   if axis is not None:

@@ -1,7 +1,9 @@
-"""Decoding: greedy outputs of an encoder-decoder checkpoint.
+"""Decoding: greedy outputs of a text-to-text checkpoint.
 
 Owns decode(): given strings, or held-out examples' inputs, the text a T5
-(bitransformer) checkpoint generates, decoded by the vocabulary.
+(bitransformer) or a decoder-only model fine-tuned text-to-text
+(delimited_lm: "<inputs> EOS <targets> EOS" in one sequence) generates,
+decoded by the vocabulary.
 """
 import functools
 
@@ -16,6 +18,10 @@ from mtf_talking_heads.training import estimator as estimator_lib
 from mtf_talking_heads.training import model_size
 from mtf_talking_heads.training import evaluation
 from mtf_talking_heads.training import settings as settings_lib
+
+# Model types that write targets for given inputs: an encoder-decoder, and a
+# decoder-only model that continues "<inputs> EOS" (mtf's delimited_lm).
+TEXT_TO_TEXT = ("bitransformer", "delimited_lm")
 
 
 def _decode_inputs(task_name, sequence_length, vocabulary, inputs, count,
@@ -46,8 +52,9 @@ def load_for_decoding(model_dir, gin_files, gin_params, checkpoint_step,
   """Checkpoint and settings of a model to decode, checked before any graph.
 
   Parses the model's operative gin (+ gin_files/gin_params), runs the
-  pre-flight, refuses a model that is not an encoder-decoder (ConfigError
-  with not_encdec % model_type) and a checkpoint that does not match.
+  pre-flight, refuses a model that is not text-to-text (TEXT_TO_TEXT;
+  ConfigError with not_encdec % model_type) and a checkpoint that does not
+  match.
   Returns ((step, path), settings).
   """
   checkpoint = checkpoints.checkpoint_paths(model_dir, checkpoint_step)[0]
@@ -56,7 +63,7 @@ def load_for_decoding(model_dir, gin_files, gin_params, checkpoint_step,
   checkpoints.match_checkpoint_dtype(checkpoint[1])
   settings, description = checks.preflight(tpu)
   model_size.report(settings, description, 'decode')
-  if settings.model_type != "bitransformer":
+  if settings.model_type not in TEXT_TO_TEXT:
     raise errors.ConfigError(not_encdec % settings.model_type)
   checkpoints.check_checkpoint_matches([checkpoint[1]], settings)
   return checkpoint, settings
@@ -106,7 +113,7 @@ def _decode_with_estimator(estimator, vocabulary, sequence_length, batch_size,
 def decode(model_dir, gin_files=(), gin_params=(), inputs=None,
            checkpoint_step=None, num_examples=8, tpu=None, tpu_zone=None,
            gcp_project=None):
-  """Greedy decoding with an encoder-decoder checkpoint.
+  """Greedy decoding with a text-to-text checkpoint (T5 or delimited_lm).
 
   Args:
     model_dir: the trained model.
@@ -125,8 +132,10 @@ def decode(model_dir, gin_files=(), gin_params=(), inputs=None,
   estimator_lib.check_model_dir(model_dir)
   checkpoint, settings = load_for_decoding(
       model_dir, gin_files, gin_params, checkpoint_step, tpu,
-      "decode needs an encoder-decoder (T5, model_type bitransformer) "
-      "model; this one is %r: score it with mtf_th eval")
+      "decode needs a text-to-text model (model_type bitransformer, or "
+      "delimited_lm: a decoder-only model fine-tuned with "
+      "experiments/finetune_embedded_lm.gin); this one is %r: score it "
+      "with mtf_th eval")
   if inputs is not None and not all(isinstance(s, str) and s.strip()
                                     for s in inputs):
     raise errors.ConfigError("--inputs: every input must be a non-empty string")

@@ -3,9 +3,9 @@
 Owns score(): for every task of a mixture (or one task) that has a
 validation split and prediction metrics (seqio ``metric_fns``, e.g. t5's
 accuracy and SQuAD exact match / F1), greedy-decode its held-out inputs with
-one checkpoint of an encoder-decoder model, post-process predictions and
-targets with the task's ``postprocess_fn`` (as seqio's evaluator does) and
-append one line per (task, metric) to ``<model_dir>/downstream_results.csv``:
+one checkpoint of a text-to-text model (T5, or delimited_lm), post-process
+predictions and targets with the task's ``postprocess_fn`` (as seqio's
+evaluator does) and append one line per (task, metric) to ``<model_dir>/downstream_results.csv``:
 
   task,metric,value,step,examples
   th_embedded_next_word_bytes,f1,12.5,8,16
@@ -163,7 +163,7 @@ def score(model_dir, gin_files=(), gin_params=(), checkpoint_step=None,
   """Downstream metrics of one checkpoint; also in downstream_results.csv.
 
   Args:
-    model_dir: a fine-tuned encoder-decoder model.
+    model_dir: a fine-tuned text-to-text model (bitransformer, delimited_lm).
     gin_files: its gin files (default: model_dir/operative_config.gin).
     gin_params: extra bindings.
     checkpoint_step: a step (default: latest).
@@ -174,7 +174,7 @@ def score(model_dir, gin_files=(), gin_params=(), checkpoint_step=None,
   Returns:
     [dict(task, metric, value, step, examples)].
   Raises:
-    ConfigError: bad configuration, no checkpoint, not an encoder-decoder
+    ConfigError: bad configuration, no checkpoint, not a text-to-text
       model, or nothing to score.
     TrainingError: an op failed.
   """
@@ -183,8 +183,9 @@ def score(model_dir, gin_files=(), gin_params=(), checkpoint_step=None,
     errors.positive_int("--max_eval_examples", max_examples)
   checkpoint, settings = decoding.load_for_decoding(
       model_dir, gin_files, gin_params, checkpoint_step, tpu,
-      "downstream metrics decode text, which needs an encoder-decoder (T5, "
-      "model_type bitransformer) model; this one is %r")
+      "downstream metrics decode text, which needs a text-to-text model "
+      "(model_type bitransformer, or delimited_lm: a decoder-only model "
+      "fine-tuned with experiments/finetune_embedded_lm.gin); this one is %r")
   options = {"tasks": scored_tasks(mixture_or_task_name or settings.mixture,
                                    split),
              "split": split, "max_examples": max_examples}
