@@ -79,3 +79,48 @@ def test_pretrain_finetune_metrics_then_rerun_skips(tmp_path, capsys):
   assert [(run / "sweep.log").read_text(),
           (run / "finetune" / "sweep.log").read_text()] == logs
   assert os.path.exists(run / "finetune" / "checkpoint")
+
+
+@pytest.mark.slow
+def test_decoder_only_row_fine_tunes_as_delimited_lm_and_decodes(tmp_path,
+                                                                  capsys):
+  """lm_heads' talking-heads row at tiny scale: pre-trained as an LM, fine-
+  tuned on th_finetune_lm_bytes in one 32-position sequence (16 + 16),
+  scored on the three tasks, and `mtf_th decode` continues "<input> EOS"."""
+  out = tmp_path / "sweep"
+  argv = ["sweep", "--paper_table", "lm_heads", "--rows", "6",
+          "--scale", "tiny", "--train_steps", "4", "--eval_steps", "2,4",
+          "--output_dir", str(out), "--finetune", "--finetune_steps", "4",
+          "--finetune_eval_examples", "8"]
+  assert cli.main(argv) == 0
+  assert "fine-tuned to step 8 on th_finetune_lm_bytes" in (
+      capsys.readouterr().out)
+  ft = out / "runs" / "06_talking_heads_8_16" / "seed_1" / "finetune"
+  with open(ft / "downstream_results.csv") as f:
+    scores = list(csv.DictReader(f))
+  assert sorted((r["task"], r["metric"], r["step"], r["examples"])
+                for r in scores) == [
+                    ("th_embedded_acceptability_lm_bytes", "accuracy", "8",
+                     "8"),
+                    ("th_embedded_misspelling_lm_bytes", "em", "8", "8"),
+                    ("th_embedded_misspelling_lm_bytes", "f1", "8", "8"),
+                    ("th_embedded_nli_lm_bytes", "accuracy", "8", "8")]
+  values = {(r["task"], r["metric"]): float(r["value"]) for r in scores}
+  with open(out / "results.csv") as f:
+    record, = list(csv.DictReader(f))
+  assert record["downstream_mixture"] == "th_finetune_lm_bytes"
+  assert float(record["span_f1"]) == pytest.approx(
+      values[("th_embedded_misspelling_lm_bytes", "f1")])
+  assert float(record["cls_accuracy"]) == pytest.approx(
+      values[("th_embedded_nli_lm_bytes", "accuracy")])
+  with open(ft / "operative_config.gin") as f:
+    operative = f.read()
+  assert "run.model_type = 'delimited_lm'" in operative
+  assert "loss_on_targets_only = True" in operative
+  # inputs_length 16 at tiny scale: the input fits with its EOS
+  assert cli.main(["decode", "--model_dir", str(ft), "--input",
+                   "cola sentence"]) == 0
+  line, = capsys.readouterr().out.rstrip("\n").split("\n")
+  text, answer = line.split("\t")
+  assert text == "cola sentence"
+  assert len(answer.encode()) <= 15  # the targets' 16 positions - EOS

@@ -1,9 +1,11 @@
-"""Decode text with a trained encoder-decoder (T5) checkpoint.
+"""Decode text with a text-to-text checkpoint (T5, or a delimited_lm LM).
 
   mtf_th decode --model_dir=runs/th24 [--input="some text" ...]
       [--input_file=lines.txt] [--num_examples=8] [--checkpoint_step=N]
 
-Without inputs, decodes held-out span-corruption inputs of the model's task.
+Without inputs, decodes held-out inputs of the model's task (e.g. span
+corruption).  A delimited_lm model (experiments/finetune_embedded_lm.gin)
+continues "<input> EOS" and prints what follows, up to its EOS.
 Prints "input<TAB>output" lines (text decoded with the model's vocabulary);
 --output_file writes them there instead.  Configuration errors exit with
 status 2, a failing op with status 1, each with one line.
