@@ -123,7 +123,7 @@ def test_nli_hypotheses_continue_the_premise_or_not_by_label():
 
 
 def test_lm_views_fit_one_128_position_sequence():
-  """The decoder-only mixture's tasks: the examples of three tasks whose
+  """The decoder-only mixture's tasks: the examples of two tasks whose
   "<inputs> EOS <targets> EOS" fits 128 bytes, most of them."""
   for base in downstream.LM_TASKS:
     for split in ("train", "validation"):
@@ -136,7 +136,7 @@ def test_lm_views_fit_one_128_position_sequence():
   mixture = seqio.get_mixture_or_task("th_finetune_lm_bytes")
   assert sorted(t.name for t in mixture.tasks) == [
       "th_embedded_acceptability_lm_bytes",
-      "th_embedded_misspelling_lm_bytes", "th_embedded_nli_lm_bytes"]
+      "th_embedded_misspelling_lm_bytes"]
   assert [t.name for t in metrics.scored_tasks("th_finetune_lm_bytes")]
 
 
@@ -289,8 +289,8 @@ def test_dry_run_of_a_decoder_only_row_fine_tunes_it_as_delimited_lm(
   assert ("--gin_param 'inputs_length = %d' --gin_param 'targets_length = "
           "%d' --gin_param 'transformer.Unitransformer.max_length = %d'"
           % lengths) in finetune
-  assert "embedded continuation NLI acc. (not MNLI-m)" in out
-  assert "continuation NLI accuracy), stand-ins" in out
+  assert "embedded acceptability acc. (not MNLI-m)" in out
+  assert "word-order acceptability accuracy), stand-ins" in out
   assert "pre-flight of `mtf_th finetune` passed for all 1 rows" in err
 
 

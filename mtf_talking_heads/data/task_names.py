@@ -31,8 +31,6 @@ THIS_PACKAGE = (
     "th_embedded_next_word_bytes",
     "th_embedded_nli",
     "th_embedded_nli_bytes",
-    "th_embedded_nli_lm",
-    "th_embedded_nli_lm_bytes",
     "th_finetune_embedded",
     "th_finetune_embedded_bytes",
     "th_finetune_lexical",

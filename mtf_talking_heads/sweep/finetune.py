@@ -20,7 +20,7 @@ Mixtures:
       the pre-training's length, fine-tuned text-to-text as mtf's
       delimited_lm ("<inputs> EOS <targets> EOS", loss on the targets;
       experiments/finetune_embedded_lm.gin); the columns: misspelt-word span
-      F1 (for SQuAD) and continuation NLI accuracy (for MNLI-m).
+      F1 (for SQuAD) and acceptability accuracy (CoLA's form, for MNLI-m).
   th_finetune_squad_glue_superglue  the paper's mixture, read by TFDS from
       --data_dir (a bucket prepared with `tfds build`); t5's tasks use t5's
       SentencePiece vocabulary, so every stage of such a sweep binds
@@ -59,14 +59,14 @@ _PAPER_COLUMNS = {
     EMBEDDED_MIXTURE: (("th_embedded_cloze", "f1"),
                        ("th_embedded_entailment", "accuracy")),
     LM_MIXTURE: (("th_embedded_misspelling_lm", "f1"),
-                 ("th_embedded_nli_lm", "accuracy")),
+                 ("th_embedded_acceptability_lm", "accuracy")),
 }
 _LABELS = {
     PAPER_MIXTURE: ("SQuAD v1.1 dev-F1", "MNLI-m dev"),
     EMBEDDED_MIXTURE: ("embedded cloze F1 (not SQuAD)",
                        "embedded entailment acc. (not MNLI-m)"),
     LM_MIXTURE: ("embedded misspelling F1 (not SQuAD)",
-                 "embedded continuation NLI acc. (not MNLI-m)"),
+                 "embedded acceptability acc. (not MNLI-m)"),
 }
 
 
@@ -356,7 +356,8 @@ def columns_note(stage):
              DOWNSTREAM_MD))
   families = {_family(m) for m in mixtures}
   kinds = {EMBEDDED_MIXTURE: "cloze span F1, copied-words entailment accuracy",
-           LM_MIXTURE: "misspelt-word span F1, continuation NLI accuracy"}
+           LM_MIXTURE: "misspelt-word span F1, word-order acceptability "
+                       "accuracy"}
   if len(families) == 1 and families <= set(kinds):
     text += (" These are the embedded benchmark built from the local corpus "
              "(%s), stand-ins for the paper's SQuAD v1.1 and MNLI-m columns, "
