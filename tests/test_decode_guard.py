@@ -1,7 +1,9 @@
 """mtf_th decode and eval --metrics refuse a model that cannot decode text.
 
 Both go through training.decoding.load_for_decoding; these tests stand in
-for the checkpoint (no training) so that only the checks run.
+for the checkpoint (no training) so that only the checks run.  A plain LM
+(model_type lm) is refused; the same model fine-tuned text-to-text
+(delimited_lm) decodes (tests/test_finetune_chain.py runs it).
 """
 import gin
 import pytest
@@ -28,8 +30,10 @@ def decoder_only(monkeypatch):
 
 def test_decode_refuses_a_decoder_only_model(decoder_only, tmp_path):
   with pytest.raises(training.ConfigError,
-                     match=r"decode needs an encoder-decoder .* this one is "
-                           r"'lm': score it with mtf_th eval"):
+                     match=r"decode needs a text-to-text model .*delimited_lm: "
+                           r"a decoder-only model fine-tuned with "
+                           r"experiments/finetune_embedded_lm.gin.* this one "
+                           r"is 'lm': score it with mtf_th eval"):
     training.decode(str(tmp_path))
 
 
