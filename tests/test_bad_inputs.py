@@ -498,18 +498,15 @@ def test_sweep_progress_lines_have_the_runs_eta(tmp_path, monkeypatch):
     def flush(self):
       pass
 
-  class Plan(object):
-    train_steps = 40
-
   runner = run_lib.Runner.__new__(run_lib.Runner)
-  runner.plan, runner.log = Plan(), Log()
+  runner.log = Log()
 
   class Run(object):
     row = type("Row", (), {"name": "04_talking_heads_8"})
     seed = 1
 
   proc = subprocess.Popen([sys.executable, "-c", script, model_dir])
-  assert runner._watch(proc, Run, model_dir, Log()) == 0  # pylint: disable=protected-access
+  assert runner._watch(proc, Run, model_dir, Log(), 40) == 0  # pylint: disable=protected-access
   periodic = [l for l in lines if "ln(PPL)" not in l]
   assert periodic and periodic[0] == (
       "    04_talking_heads_8 seed 1: step 10/40, loss 4.0000, 2.00 steps/s;"

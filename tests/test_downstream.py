@@ -21,6 +21,7 @@ from mtf_talking_heads import sweep
 from mtf_talking_heads.data import downstream
 from mtf_talking_heads.data import vocab
 from mtf_talking_heads.sweep import finetune as finetune_lib
+from mtf_talking_heads.sweep import run as run_lib
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import metrics
 from mtf_talking_heads.training import tfds_data
@@ -401,11 +402,22 @@ def _calls(calls):
           for l in calls.read_text().splitlines()]
 
 
-def test_stage_fills_the_columns_and_resumes_by_stage(tmp_path, fake):
+def test_stage_fills_the_columns_and_resumes_by_stage(tmp_path, fake,
+                                                      monkeypatch):
   launcher, calls = fake
   out = tmp_path / "sweep"
+  watched = []  # (model_dir's last part, the step progress counts to)
+  watch = run_lib.Runner._watch  # pylint: disable=protected-access
+
+  def _watch(self, proc, run, model_dir, log, last_step):
+    watched.append((os.path.basename(model_dir), last_step))
+    return watch(self, proc, run, model_dir, log, last_step)
+
+  monkeypatch.setattr(run_lib.Runner, "_watch", _watch)
   _sweep(out, launcher, None).run()  # pre-training only, then --finetune
   assert [c[0] for c in _calls(calls)] == ["train", "eval"] * 2
+  assert watched == [("seed_1", 200)] * 2 + [("seed_2", 200)] * 2
+  watched.clear()
   ft1 = out / "runs" / "07_talking_heads_24_32" / "seed_1" / "finetune"
   ft1.mkdir()
   (ft1 / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-210"\n')
@@ -416,6 +428,8 @@ def test_stage_fills_the_columns_and_resumes_by_stage(tmp_path, fake):
   assert _calls(calls) == [["eval", "--metrics", "1/finetune"],
                            ["finetune", "2/finetune"],
                            ["eval", "--metrics", "2/finetune"]]
+  # Progress of a fine-tuning counts to its last step (200 + 10).
+  assert watched == [("finetune", 210)] * 3
   with open(out / "results.csv") as f:
     records = list(csv.DictReader(f))
   assert [(r["span_f1"], r["cls_accuracy"], r["finetune_step"],

@@ -135,12 +135,13 @@ class Runner(object):
       shutil.rmtree(run.model_dir)  # nothing to resume from (e.g. only the
       # small files a commit carried to another machine): start over
     os.makedirs(run.model_dir, exist_ok=True)
-    self._call(run, run.commands, run.model_dir)
+    self._call(run, run.commands, run.model_dir, self.plan.train_steps)
     return self._record(run)
 
-  def _call(self, run, commands, model_dir):
+  def _call(self, run, commands, model_dir, last_step):
     """Runs the argv lists in order in child processes, logged to
-    <model_dir>/sweep.log, their time added to model_dir's RUN_TIME.
+    <model_dir>/sweep.log, their time added to model_dir's RUN_TIME;
+    progress lines count towards step `last_step`.
 
     Raises:
       RuntimeError: a command failed (its log's last lines).
@@ -159,7 +160,7 @@ class Runner(object):
         try:  # an interrupted piece's time counts too (Ctrl-C, SIGTERM)
           proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                   preexec_fn=_interrupt_with_this_process)
-          code = self._watch(proc, run, model_dir, log)
+          code = self._watch(proc, run, model_dir, log, last_step)
         finally:
           write_run_time(model_dir, spent, time.time() - start,
                          _children_cpu_seconds() - cpu_start)
@@ -173,12 +174,13 @@ class Runner(object):
             % (run.row.name, run.seed, code, " ".join(argv[:len(
                 self.launcher) + 1]), log_path, tail))
 
-  def _watch(self, proc, run, model_dir, log):
+  def _watch(self, proc, run, model_dir, log, last_step):
     """Waits for a run's command; returns its exit status.
 
     Says a line for every new evaluation in the run's eval_results.csv and,
     while it trains, one every PROGRESS_EVERY_SECS with its step, loss,
-    steps/s and its own ETA (its steps left at its recent rate).  On Ctrl-C
+    steps/s and its own ETA (its steps left to `last_step` at its recent
+    rate: the pre-training's train_steps, or a fine-tuning's last step).  On Ctrl-C
     the command gets SIGINT (it saves nothing half-written and exits) and,
     if it has not exited after INTERRUPT_GRACE_SECS, SIGKILL; the run's
     `log` gets a line saying which, with the command's exit status.
@@ -195,11 +197,11 @@ class Runner(object):
         for step in sorted(set(evals) - seen):
           self.say("    %s seed %d: ln(PPL) %.4f at step %d%s"
                    % (run.row.name, run.seed, evals[step], step,
-                      self._run_eta(model_dir)))
+                      self._run_eta(model_dir, last_step)))
           last = time.time()
         seen = set(evals)
         if time.time() - last >= PROGRESS_EVERY_SECS:
-          line = _train_progress(model_dir, self.plan.train_steps)
+          line = _train_progress(model_dir, last_step)
           if line:
             self.say("    %s seed %d: %s" % (run.row.name, run.seed, line))
           last = time.time()
@@ -219,8 +221,8 @@ class Runner(object):
                 % (how, proc.returncode))
       raise
 
-  def _run_eta(self, model_dir):
-    line = _train_progress(model_dir, self.plan.train_steps)
+  def _run_eta(self, model_dir, last_step):
+    line = _train_progress(model_dir, last_step)
     return "; " + line if line else ""
 
   def finetune(self, run):
@@ -236,7 +238,8 @@ class Runner(object):
     commands = stage.commands(run.row, run.seed)
     todo = {"done": [], "finetuned": commands[1:], "todo": commands}[state]
     if todo:
-      self._call(run, todo, stage.model_dir(run.row, run.seed))
+      self._call(run, todo, stage.model_dir(run.row, run.seed),
+                 stage.total_steps)
     return stage.record(run.row, run.seed)
 
   def _record(self, run):
