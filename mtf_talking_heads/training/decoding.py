@@ -26,7 +26,12 @@ TEXT_TO_TEXT = ("bitransformer", "delimited_lm")
 
 def _decode_inputs(task_name, sequence_length, vocabulary, inputs, count,
                    seed):
-  """Input id rows: encoded `inputs` strings, or held-out examples' inputs."""
+  """Input id rows: encoded `inputs` strings, or held-out examples' inputs.
+
+  One example per row (never packed: a delimited_lm model would read a
+  second input as the first one's targets), ending in EOS, zero-padded to
+  sequence_length["inputs"].
+  """
   length = sequence_length["inputs"]
   rows = []
   if inputs:
@@ -36,7 +41,7 @@ def _decode_inputs(task_name, sequence_length, vocabulary, inputs, count,
   else:
     with tf.Graph().as_default():
       ds = evaluation.eval_dataset(task_name, sequence_length, "validation",
-                                   seed, count)
+                                   seed, count, pack=False)
       it = tf.data.make_one_shot_iterator(ds).get_next()
       with tf.Session() as sess:
         try:
