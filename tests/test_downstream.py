@@ -281,6 +281,11 @@ def test_the_embedded_mixtures_need_no_tfds_data():
   assert finetune_lib.needs_data(finetune_lib.PAPER_MIXTURE)
   assert finetune_lib.LM_MIXTURE == downstream.LM_MIXTURE
   assert finetune_lib.EMBEDDED_MIXTURE == downstream.MIXTURE
+  # the sweep's split of lm_small's 128 positions is the one the _lm views
+  # are cut for: inputs + EOS, then the targets (+ EOS)
+  assert finetune_lib.LM_TARGETS_LENGTH == downstream.MAX_TARGET_BYTES + 1
+  assert (downstream.MAX_LM_INPUT_BYTES + 1 + finetune_lib.LM_TARGETS_LENGTH
+          == 128)
 
 
 @pytest.mark.parametrize("scale, lengths", [("small", (112, 16, 128)),
