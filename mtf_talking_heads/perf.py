@@ -805,8 +805,10 @@ def predict(model, hardware, mesh_shape="batch:1", impl="mtf",
 # Reading a model from gin files (text only: no TensorFlow, gin's global
 # configuration untouched).
 
+# utils.run.model_type -> Model kind; a delimited_lm (a decoder-only model
+# fine-tuned text-to-text) is an lm over "<inputs> EOS <targets> EOS".
 _MODEL_TYPES = {"bitransformer": "bitransformer", "lm": "lm",
-                "aligned": "encoder"}
+                "delimited_lm": "lm", "aligned": "encoder"}
 _PLACEMENT_MACROS = ("enc_self_attention", "dec_self_attention",
                      "encdec_attention")
 
@@ -896,6 +898,8 @@ def model_from_config(config, where, vocab=PAPER_T5["vocab"]):
   needed = KIND_PLACEMENTS[kind]
   lengths = [get(name) if name in config or uses else 1 for name, uses in (
       ("inputs_length", kind != "lm"), ("targets_length", kind != "encoder"))]
+  if model_type == "delimited_lm":  # one sequence: inputs, then targets
+    lengths[1] += get("inputs_length")
   return make_model(
       kind, get("num_layers"), get("d_model"), get("d_ff"), vocab,
       get("batch_size"), lengths[0], lengths[1],

@@ -272,6 +272,23 @@ def test_dry_run_of_the_paper_mixture_prints_the_tpu_commands(tmp_path,
   assert "pre-flight of `mtf_th finetune` passed for all 1 rows" in err
 
 
+def test_the_embedded_mixtures_need_no_tfds_data():
+  """th_finetune_lm[_bytes] is built from the local corpus, as
+  th_finetune_embedded is: no --data_dir, no t5 vocabulary."""
+  for mixture in ("th_finetune_embedded", "th_finetune_embedded_bytes",
+                  "th_finetune_lm", "th_finetune_lm_bytes"):
+    assert not finetune_lib.needs_data(mixture), mixture
+    assert finetune_lib.vocabulary_params(mixture) == (), mixture
+  assert finetune_lib.needs_data(finetune_lib.PAPER_MIXTURE)
+  assert finetune_lib.LM_MIXTURE == downstream.LM_MIXTURE
+  assert finetune_lib.EMBEDDED_MIXTURE == downstream.MIXTURE
+  # the sweep's split of lm_small's 128 positions is the one the _lm views
+  # are cut for: inputs + EOS, then the targets (+ EOS)
+  assert finetune_lib.LM_TARGETS_LENGTH == downstream.MAX_TARGET_BYTES + 1
+  assert (downstream.MAX_LM_INPUT_BYTES + 1 + finetune_lib.LM_TARGETS_LENGTH
+          == 128)
+
+
 @pytest.mark.parametrize("scale, lengths", [("small", (112, 16, 128)),
                                            ("tiny", (16, 16, 32))])
 def test_dry_run_of_a_decoder_only_row_fine_tunes_it_as_delimited_lm(
@@ -311,6 +328,15 @@ def test_dry_run_of_a_decoder_only_row_fine_tunes_it_as_delimited_lm(
       "--finetune_mixture", "th_finetune_embedded_bytes"],
      "row 02_multi_head_8_16 is a decoder-only LM, .* it needs "
      "th_finetune_lm_bytes"),
+    # the decoder-only refusal comes first: --data_dir would not help
+    (["--paper_table", "lm_heads", "--rows", "2", "--finetune",
+      "--finetune_mixture", finetune_lib.PAPER_MIXTURE],
+     "row 02_multi_head_8_16 is a decoder-only LM, .* it needs "
+     "th_finetune_lm_bytes"),
+    (["--paper_table", "lm_heads", "--rows", "2", "--finetune",
+      "--gin_param", "targets_length = 16"],
+     "row 02_multi_head_8_16 is pre-trained on sequences of 16 positions "
+     ".* pre-train it longer"),
     (["--paper_table", "t5_heads", "--rows", "1", "--finetune_steps", "4"],
      "--finetune_steps goes with --finetune"),
     (["--paper_table", "encdec_heads", "--rows", "1", "--finetune",

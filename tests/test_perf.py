@@ -97,6 +97,17 @@ def test_gin_models_optimizer_and_sharing(gin_file, optimizer, shared):
   assert (model.optimizer, model.shared_layers) == (optimizer, shared)
 
 
+def test_a_delimited_lm_is_an_lm_over_inputs_and_targets():
+  """A decoder-only row fine-tuned text-to-text (one sequence "<inputs> EOS
+  <targets> EOS", 112 + 16) is sized as its pre-training's 128-position lm,
+  so memory checks and auto layouts apply to it."""
+  row = "experiments/lm_heads/02_multi_head_8_16.gin"
+  pre = perf.model_from_gin([row])
+  ft = perf.model_from_gin([row, "experiments/finetune_embedded_lm.gin"])
+  assert (ft.kind, ft.targets_length) == ("lm", 128)
+  assert ft._replace(inputs_length=pre.inputs_length) == pre
+
+
 def test_attention_ops_docstring_example():
   ops = perf.attention_ops(perf.make_attention("multi_head", 12, 64), 768,
                            512, 512, 4, perf.IMPLEMENTATIONS["mtf"], "x")

@@ -11,7 +11,8 @@ row per checkpoint and writes/updates <model_dir>/eval_results.csv
 mtf_th.evaluate_checkpoints.split (default "validation").  Configuration
 errors exit with status 2, a failing op with status 1, each with one line.
 
---metrics (a fine-tuned encoder-decoder model): greedy-decodes the held-out
+--metrics (a fine-tuned text-to-text model: an encoder-decoder, or a
+decoder-only model fine-tuned as delimited_lm): greedy-decodes the held-out
 inputs of every task of the model's MIXTURE_NAME (or --task) that has
 metric_fns, scores them with those (t5's accuracy, SQuAD exact match / F1,
 ...), prints task,metric,value,step,examples and writes/updates

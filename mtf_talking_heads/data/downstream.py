@@ -508,7 +508,7 @@ def fits_lm(example):
 
 def examples(task, split):
   """The examples of `task` (one of TASKS, or an LM_TASKS name + LM_SUFFIX:
-  those that fit_lm) in `split` (cached)."""
+  those fits_lm accepts) in `split` (cached)."""
   if split not in corpus.SPLITS:
     raise ValueError("split must be one of %s, got %r" % (corpus.SPLITS, split))
   lm_views = tuple(t + LM_SUFFIX for t in LM_TASKS)

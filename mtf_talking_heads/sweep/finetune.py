@@ -138,7 +138,7 @@ class Finetune(object):
     max_eval_examples: held-out examples per task for the metrics (None:
       all).
     data_dir: TFDS data directory; required for any mixture other than the
-      embedded one.
+      embedded ones (th_finetune_embedded, th_finetune_lm).
   Raises:
     ValueError: a row that cannot be fine-tuned text-to-text, a bad number,
       or a TFDS mixture without data_dir -- before anything runs.
@@ -165,13 +165,14 @@ class Finetune(object):
     self.steps = steps
     self.max_eval_examples = max_eval_examples
     self.data_dir = data_dir
+    for row in plan.rows:
+      self._check_vocabulary(row)
+      self.length_params(row)  # refuses a too short row before anything runs
     if self.needs_data() and not data_dir:
       raise ValueError(
           "--finetune_mixture %s reads GLUE / SuperGLUE / SQuAD from TFDS: "
           "give --data_dir gs://BUCKET/tensorflow_datasets (prepared with "
           "`tfds build`)" % mixture)
-    for row in plan.rows:
-      self._check_vocabulary(row)
     self.total_steps = plan.train_steps + self.default_steps()
 
   def _check_vocabulary(self, row):
@@ -239,8 +240,10 @@ class Finetune(object):
         "targets_length", row.name)
     if length <= LM_TARGETS_LENGTH:
       raise ValueError(
-          "--finetune: row %s is pre-trained on sequences of %d positions; a "
-          "decoder-only fine-tuning needs more than the %d of the targets"
+          "--finetune: row %s is pre-trained on sequences of %d positions "
+          "(targets_length); a decoder-only fine-tuning needs more than the "
+          "%d of the targets: pre-train it longer (--gin_param "
+          "'targets_length = 128') or leave the row out of --rows"
           % (row.name, length, LM_TARGETS_LENGTH))
     return ["inputs_length = %d" % (length - LM_TARGETS_LENGTH),
             "targets_length = %d" % LM_TARGETS_LENGTH,
@@ -412,8 +415,9 @@ def downstream_markdown(plan):
 
 
 def needs_data(mixture):
-  """True for a mixture read from TFDS (given, and not the embedded one)."""
-  return bool(mixture) and _family(mixture) != EMBEDDED_MIXTURE
+  """True for a mixture read from TFDS (given, and not an embedded one)."""
+  return bool(mixture) and _family(mixture) not in (EMBEDDED_MIXTURE,
+                                                    LM_MIXTURE)
 
 
 def vocabulary_params(mixture):

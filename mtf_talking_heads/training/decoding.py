@@ -26,7 +26,12 @@ TEXT_TO_TEXT = ("bitransformer", "delimited_lm")
 
 def _decode_inputs(task_name, sequence_length, vocabulary, inputs, count,
                    seed):
-  """Input id rows: encoded `inputs` strings, or held-out examples' inputs."""
+  """Input id rows: encoded `inputs` strings, or held-out examples' inputs.
+
+  One example per row (never packed: a delimited_lm model would read a
+  second input as the first one's targets), ending in EOS, zero-padded to
+  sequence_length["inputs"].
+  """
   length = sequence_length["inputs"]
   rows = []
   if inputs:
@@ -36,7 +41,7 @@ def _decode_inputs(task_name, sequence_length, vocabulary, inputs, count,
   else:
     with tf.Graph().as_default():
       ds = evaluation.eval_dataset(task_name, sequence_length, "validation",
-                                   seed, count)
+                                   seed, count, pack=False)
       it = tf.data.make_one_shot_iterator(ds).get_next()
       with tf.Session() as sess:
         try:
@@ -48,13 +53,13 @@ def _decode_inputs(task_name, sequence_length, vocabulary, inputs, count,
 
 
 def load_for_decoding(model_dir, gin_files, gin_params, checkpoint_step,
-                      tpu, not_encdec):
+                      tpu, not_text_to_text):
   """Checkpoint and settings of a model to decode, checked before any graph.
 
   Parses the model's operative gin (+ gin_files/gin_params), runs the
   pre-flight, refuses a model that is not text-to-text (TEXT_TO_TEXT;
-  ConfigError with not_encdec % model_type) and a checkpoint that does not
-  match.
+  ConfigError with not_text_to_text % model_type) and a checkpoint that
+  does not match.
   Returns ((step, path), settings).
   """
   checkpoint = checkpoints.checkpoint_paths(model_dir, checkpoint_step)[0]
@@ -64,7 +69,7 @@ def load_for_decoding(model_dir, gin_files, gin_params, checkpoint_step,
   settings, description = checks.preflight(tpu)
   model_size.report(settings, description, 'decode')
   if settings.model_type not in TEXT_TO_TEXT:
-    raise errors.ConfigError(not_encdec % settings.model_type)
+    raise errors.ConfigError(not_text_to_text % settings.model_type)
   checkpoints.check_checkpoint_matches([checkpoint[1]], settings)
   return checkpoint, settings
 
@@ -118,7 +123,8 @@ def decode(model_dir, gin_files=(), gin_params=(), inputs=None,
   Args:
     model_dir: the trained model.
     gin_files: its gin files (default: model_dir/operative_config.gin).
-    gin_params: extra bindings (e.g. Bitransformer.decode.temperature).
+    gin_params: extra bindings (e.g. Bitransformer.decode.temperature, or
+      Unitransformer.sample_autoregressive.temperature for delimited_lm).
     inputs: strings to decode; None: `num_examples` held-out inputs.
     checkpoint_step: a step (default: latest).
     num_examples: how many held-out inputs when `inputs` is None.
@@ -126,7 +132,8 @@ def decode(model_dir, gin_files=(), gin_params=(), inputs=None,
   Returns:
     [dict(step, input, output)] with text decoded by the vocabulary.
   Raises:
-    ConfigError: bad configuration, missing checkpoint, not a T5 model.
+    ConfigError: bad configuration, missing checkpoint, not a text-to-text
+      model.
     TrainingError: an op failed (one line: the op, the cause, the fix).
   """
   estimator_lib.check_model_dir(model_dir)

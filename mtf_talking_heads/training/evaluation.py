@@ -42,8 +42,13 @@ def evaluate_checkpoints(mixture_or_task_name=None, split="validation",
           "max_eval_examples": max_eval_examples, "seed": seed}
 
 
-def eval_dataset(task_name, sequence_length, split, seed, max_examples):
-  """A finite, deterministic dataset of held-out examples (unbatched)."""
+def eval_dataset(task_name, sequence_length, split, seed, max_examples,
+                 pack=True):
+  """A finite, deterministic dataset of held-out examples (unbatched).
+
+  pack=True (scoring) packs short examples into one row, as training does;
+  pack=False (decoding) gives one example per row, padded.
+  """
   import seqio  # pylint: disable=g-import-not-at-top
   task = seqio.get_mixture_or_task(task_name)
   if split not in task.splits:
@@ -55,7 +60,7 @@ def eval_dataset(task_name, sequence_length, split, seed, max_examples):
                        if k in tf.data.get_output_shapes(ds))
   eos_keys = set(k for k, f in task.output_features.items() if f.add_eos)
   ds = ds.map(lambda ex: {k: ex[k] for k in feature_keys})
-  ds = transformer_dataset.pack_or_pad(ds, sequence_length, pack=True,
+  ds = transformer_dataset.pack_or_pad(ds, sequence_length, pack=pack,
                                        feature_keys=feature_keys,
                                        ensure_eos=eos_keys)
   ds = ds.map(compat.mtf_filter_features())

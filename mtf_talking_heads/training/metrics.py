@@ -5,7 +5,8 @@ validation split and prediction metrics (seqio ``metric_fns``, e.g. t5's
 accuracy and SQuAD exact match / F1), greedy-decode its held-out inputs with
 one checkpoint of a text-to-text model (T5, or delimited_lm), post-process
 predictions and targets with the task's ``postprocess_fn`` (as seqio's
-evaluator does) and append one line per (task, metric) to ``<model_dir>/downstream_results.csv``:
+evaluator does) and append one line per (task, metric) to
+``<model_dir>/downstream_results.csv``:
 
   task,metric,value,step,examples
   th_embedded_next_word_bytes,f1,12.5,8,16
