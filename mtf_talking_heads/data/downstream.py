@@ -71,7 +71,7 @@ to almost everything (docs/results.md, section 3b):
                                 "contradiction" the same words shuffled,
                                 "neutral"       the next words after another
                                                 document's premise;
-                             a third each, accuracy.
+                             about a third each, accuracy.
 
 The decoder-only models' mixture th_finetune_lm[_bytes] (fine-tuned as
 mtf's delimited_lm: experiments/finetune_embedded_lm.gin) has views of the
@@ -500,9 +500,9 @@ def _documents(split):
 
 
 def fits_lm(example):
-  """Whether `example` fits a decoder-only model's 128 positions on bytes:
-  inputs of MAX_LM_INPUT_BYTES bytes or fewer (+ EOS), targets of
-  MAX_TARGET_BYTES (+ EOS)."""
+  """Whether `example`'s inputs are MAX_LM_INPUT_BYTES bytes or fewer, so
+  that with their EOS and the targets (at most MAX_TARGET_BYTES + EOS, as
+  every task's) it fits a decoder-only model's 128 positions on bytes."""
   return len(example["inputs"].encode("utf-8")) <= MAX_LM_INPUT_BYTES
 
 

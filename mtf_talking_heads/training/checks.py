@@ -113,12 +113,15 @@ def check_settings(settings, description, num_devices=None):
     if settings.model_type == "delimited_lm":  # "<inputs> EOS <targets> EOS"
       longest = lengths["inputs"] + lengths["targets"]
     if longest > description.max_length:
+      fix = ("shorten inputs_length (a fine-tuned model keeps the table of "
+             "its pre-training)" if settings.model_type == "delimited_lm"
+             else "raise max_length or shorten inputs_length")
       raise errors.ConfigError(
           "sequence length %d%s does not fit the position embedding table "
-          "(Unitransformer.max_length = %d): raise max_length or shorten "
-          "inputs_length" % (longest, " (inputs_length + targets_length)"
-                             if settings.model_type == "delimited_lm" else "",
-                             description.max_length))
+          "(Unitransformer.max_length = %d): %s"
+          % (longest, " (inputs_length + targets_length)"
+             if settings.model_type == "delimited_lm" else "",
+             description.max_length, fix))
   _check_span_lengths(settings)
   axis = _mesh_axis_of(settings, "length")
   if axis is not None:
