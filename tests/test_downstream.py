@@ -579,3 +579,23 @@ def test_scoring_gives_each_task_its_own_outputs(monkeypatch):
   assert len(perfect) == 3 and set(perfect.values()) == {100.0}, perfect
   order[0] = -1  # every task now gets the other task's answers
   assert min(score().values()) < 50.0
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_held_out_set_of_a_mixture_reads_every_example_once(seed):
+  """mtf_th eval's held-out set of a mixture: each task's examples, all of
+  them, once (seqio's mixing stops when the first task runs out)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.training import evaluation  # pylint: disable=g-import-not-at-top
+  with tf.Graph().as_default():
+    ds = evaluation.eval_dataset("th_finetune_lm_bytes",
+                                 {"inputs": 112, "targets": 16},
+                                 "validation", seed, None)
+    targets = ds.reduce(np.int64(0), lambda n, ex: n + tf.reduce_sum(
+        tf.cast(tf.equal(ex["targets"], 1), tf.int64)))
+    with tf.Session() as sess:
+      eos = sess.run(targets)
+  assert eos == sum(len(downstream.examples(t + downstream.LM_SUFFIX,
+                                            "validation"))
+                    for t in downstream.LM_TASKS)  # one EOS per example

@@ -14,6 +14,7 @@ import os
 import pytest
 
 from mtf_talking_heads import cli
+from mtf_talking_heads.data import downstream
 
 ROW = "01_multi_head_4_32"
 
@@ -126,3 +127,14 @@ def test_decoder_only_row_fine_tunes_as_delimited_lm_and_decodes(tmp_path,
   # "cola sentence" and its EOS (mtf's sample_autoregressive stops at the
   # next EOS or the end, not after targets_length); one byte at most per id
   assert len(answer.encode()) <= 32 - len("cola sentence") - 1
+  # ln(PPL) of the fine-tuned model counts the targets only (each with one
+  # EOS), not the inputs: loss_on_targets_only.  One task, so that every
+  # held-out example is read once (a mixture's held-out set is sampled).
+  task = downstream.ACCEPTABILITY + downstream.LM_SUFFIX
+  assert cli.main(["eval", "--model_dir", str(ft), "--checkpoint_steps", "8",
+                   "--gin_param", "MIXTURE_NAME = '%s_bytes'" % task]) == 0
+  with open(ft / "eval_results.csv") as f:
+    row, = list(csv.DictReader(f))
+  targets = [e["targets"] for e in downstream.examples(task, "validation")]
+  assert int(row["tokens"]) == sum(len(t) + 1 for t in targets)
+  assert 0 < float(row["ln_ppl"]) < 10

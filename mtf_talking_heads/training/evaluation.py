@@ -46,20 +46,36 @@ def eval_dataset(task_name, sequence_length, split, seed, max_examples,
                  pack=True):
   """A finite, deterministic dataset of held-out examples (unbatched).
 
+  Every held-out example once: a mixture's tasks are interleaved by its
+  rates (seed `seed`) until all are read, where seqio's own mixing stops
+  when the first task runs out (stop_on_empty_dataset), which would leave
+  out a seed-dependent part of the others.
   pack=True (scoring) packs short examples into one row, as training does;
   pack=False (decoding) gives one example per row, padded.
   """
   import seqio  # pylint: disable=g-import-not-at-top
-  task = seqio.get_mixture_or_task(task_name)
-  if split not in task.splits:
-    raise errors.ConfigError("task %s has no %r split (it has %s)"
-                             % (task_name, split, ", ".join(task.splits)))
-  ds = task.get_dataset(sequence_length, split=split, use_cached=False,
-                        shuffle=False, num_epochs=1, seed=seed)
-  feature_keys = tuple(k for k in task.output_features
-                       if k in tf.data.get_output_shapes(ds))
-  eos_keys = set(k for k, f in task.output_features.items() if f.add_eos)
-  ds = ds.map(lambda ex: {k: ex[k] for k in feature_keys})
+  provider = seqio.get_mixture_or_task(task_name)
+  tasks = (provider.tasks if isinstance(provider, seqio.Mixture)
+           else [provider])
+  for task in tasks:
+    if split not in task.splits:
+      raise errors.ConfigError("task %s has no %r split (it has %s)"
+                               % (task.name, split, ", ".join(task.splits)))
+  datasets = [t.get_dataset(sequence_length, split=split, use_cached=False,
+                            shuffle=False, num_epochs=1, seed=seed)
+              for t in tasks]
+  feature_keys = tuple(k for k in provider.output_features
+                       if all(k in tf.data.get_output_shapes(d)
+                              for d in datasets))
+  eos_keys = set(k for k, f in provider.output_features.items() if f.add_eos)
+  datasets = [d.map(lambda ex: {k: ex[k] for k in feature_keys})
+              for d in datasets]
+  ds = datasets[0]
+  if len(datasets) > 1:
+    rates = [float(provider.get_rate(t)) for t in tasks]
+    ds = tf.data.Dataset.sample_from_datasets(
+        datasets, weights=[r / sum(rates) for r in rates], seed=seed,
+        stop_on_empty_dataset=False)
   ds = transformer_dataset.pack_or_pad(ds, sequence_length, pack=pack,
                                        feature_keys=feature_keys,
                                        ensure_eos=eos_keys)
@@ -99,7 +115,8 @@ def _eval_with_estimator(estimator, vocabulary, sequence_length, batch_size,
     return ds.batch(batch_size, drop_remainder=True)
 
   for step, path in paths:
-    print("[eval] checkpoint %d: %d examples in %d batches of %d (%s split)"
+    print("[eval] checkpoint %d: %d rows of packed examples in %d batches "
+          "of %d (%s split)"
           % (step, n, steps, batch_size, options["split"]), file=sys.stderr,
           flush=True)
     with errors.op_errors_stop("evaluating checkpoint %d of %s (%s split)"
