@@ -109,19 +109,18 @@ def check_settings(settings, description, num_devices=None):
         "an aligned (BERT/ALBERT) model needs inputs and targets of one "
         "length, got %s: set targets_length = %%inputs_length" % lengths)
   if description.positional_embedding and description.max_length is not None:
-    longest = max(lengths.values())
+    longest, what = max(lengths.values()), ""
+    fix = "raise max_length or shorten inputs_length"
     if settings.model_type == "delimited_lm":  # "<inputs> EOS <targets> EOS"
       longest = lengths["inputs"] + lengths["targets"]
-    if longest > description.max_length:
+      what = " (inputs_length + targets_length)"
       fix = ("shorten inputs_length (a fine-tuned model keeps the table of "
-             "its pre-training)" if settings.model_type == "delimited_lm"
-             else "raise max_length or shorten inputs_length")
+             "its pre-training)")
+    if longest > description.max_length:
       raise errors.ConfigError(
           "sequence length %d%s does not fit the position embedding table "
           "(Unitransformer.max_length = %d): %s"
-          % (longest, " (inputs_length + targets_length)"
-             if settings.model_type == "delimited_lm" else "",
-             description.max_length, fix))
+          % (longest, what, description.max_length, fix))
   _check_span_lengths(settings)
   axis = _mesh_axis_of(settings, "length")
   if axis is not None:

@@ -53,13 +53,13 @@ def _decode_inputs(task_name, sequence_length, vocabulary, inputs, count,
 
 
 def load_for_decoding(model_dir, gin_files, gin_params, checkpoint_step,
-                      tpu, not_text_to_text):
+                      tpu, who, hint=""):
   """Checkpoint and settings of a model to decode, checked before any graph.
 
   Parses the model's operative gin (+ gin_files/gin_params), runs the
-  pre-flight, refuses a model that is not text-to-text (TEXT_TO_TEXT;
-  ConfigError with not_text_to_text % model_type) and a checkpoint that
-  does not match.
+  pre-flight, refuses a model that is not text-to-text (TEXT_TO_TEXT; a
+  ConfigError "<who> needs a text-to-text model ...; this one is
+  <model_type><hint>") and a checkpoint that does not match.
   Returns ((step, path), settings).
   """
   checkpoint = checkpoints.checkpoint_paths(model_dir, checkpoint_step)[0]
@@ -69,7 +69,11 @@ def load_for_decoding(model_dir, gin_files, gin_params, checkpoint_step,
   settings, description = checks.preflight(tpu)
   model_size.report(settings, description, 'decode')
   if settings.model_type not in TEXT_TO_TEXT:
-    raise errors.ConfigError(not_text_to_text % settings.model_type)
+    raise errors.ConfigError(
+        "%s needs a text-to-text model (model_type bitransformer, or "
+        "delimited_lm: a decoder-only model fine-tuned with "
+        "experiments/finetune_embedded_lm.gin); this one is %r%s"
+        % (who, settings.model_type, hint))
   checkpoints.check_checkpoint_matches([checkpoint[1]], settings)
   return checkpoint, settings
 
@@ -138,11 +142,8 @@ def decode(model_dir, gin_files=(), gin_params=(), inputs=None,
   """
   estimator_lib.check_model_dir(model_dir)
   checkpoint, settings = load_for_decoding(
-      model_dir, gin_files, gin_params, checkpoint_step, tpu,
-      "decode needs a text-to-text model (model_type bitransformer, or "
-      "delimited_lm: a decoder-only model fine-tuned with "
-      "experiments/finetune_embedded_lm.gin); this one is %r: score it "
-      "with mtf_th eval")
+      model_dir, gin_files, gin_params, checkpoint_step, tpu, "decode",
+      ": score it with mtf_th eval")
   if inputs is not None and not all(isinstance(s, str) and s.strip()
                                     for s in inputs):
     raise errors.ConfigError("--inputs: every input must be a non-empty string")

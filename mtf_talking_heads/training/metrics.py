@@ -184,9 +184,7 @@ def score(model_dir, gin_files=(), gin_params=(), checkpoint_step=None,
     errors.positive_int("--max_eval_examples", max_examples)
   checkpoint, settings = decoding.load_for_decoding(
       model_dir, gin_files, gin_params, checkpoint_step, tpu,
-      "downstream metrics decode text, which needs a text-to-text model "
-      "(model_type bitransformer, or delimited_lm: a decoder-only model "
-      "fine-tuned with experiments/finetune_embedded_lm.gin); this one is %r")
+      "downstream metrics decode text: scoring")
   options = {"tasks": scored_tasks(mixture_or_task_name or settings.mixture,
                                    split),
              "split": split, "max_examples": max_examples}
