@@ -13,6 +13,7 @@ import os
 
 import pytest
 
+import _cli_util
 from mtf_talking_heads import cli
 from mtf_talking_heads.data import downstream
 
@@ -118,9 +119,13 @@ def test_decoder_only_row_fine_tunes_as_delimited_lm_and_decodes(tmp_path,
   assert "run.model_type = 'delimited_lm'" in operative
   assert "loss_on_targets_only = True" in operative
   # inputs_length 16 at tiny scale: the input fits with its EOS
-  assert cli.main(["decode", "--model_dir", str(ft), "--input",
-                   "cola sentence"]) == 0
-  line, = capsys.readouterr().out.rstrip("\n").split("\n")
+  # decode and eval in child processes, as a user runs them: in-process
+  # their commands switch TensorFlow to graph mode for the rest of the
+  # worker (tf.disable_v2_behavior), which tests of eager code then meet.
+  done = _cli_util.run(["decode", "--model_dir", str(ft), "--input",
+                        "cola sentence"])
+  assert done.code == 0, done.stderr
+  line, = done.stdout.rstrip("\n").split("\n")
   text, answer = line.split("\t")
   assert text == "cola sentence"
   # the continuation fills at most the sequence's 32 positions after
@@ -131,8 +136,9 @@ def test_decoder_only_row_fine_tunes_as_delimited_lm_and_decodes(tmp_path,
   # EOS), not the inputs: loss_on_targets_only.  One task, so that every
   # held-out example is read once (a mixture's held-out set is sampled).
   task = downstream.ACCEPTABILITY + downstream.LM_SUFFIX
-  assert cli.main(["eval", "--model_dir", str(ft), "--checkpoint_steps", "8",
-                   "--gin_param", "MIXTURE_NAME = '%s_bytes'" % task]) == 0
+  done = _cli_util.run(["eval", "--model_dir", str(ft), "--checkpoint_steps",
+                        "8", "--gin_param", "MIXTURE_NAME = '%s_bytes'" % task])
+  assert done.code == 0, done.stderr
   with open(ft / "eval_results.csv") as f:
     row, = list(csv.DictReader(f))
   targets = [e["targets"] for e in downstream.examples(task, "validation")]
