@@ -18,6 +18,7 @@ from t5.evaluation import qa_utils
 from mtf_talking_heads import cli
 from mtf_talking_heads import data  # noqa: F401  (registers the tasks)
 from mtf_talking_heads import sweep
+from mtf_talking_heads.commands import prechecks
 from mtf_talking_heads.data import downstream
 from mtf_talking_heads.data import vocab
 from mtf_talking_heads.sweep import finetune as finetune_lib
@@ -281,6 +282,13 @@ def test_the_embedded_mixtures_need_no_tfds_data():
     assert not finetune_lib.needs_data(mixture), mixture
     assert finetune_lib.vocabulary_params(mixture) == (), mixture
   assert finetune_lib.needs_data(finetune_lib.PAPER_MIXTURE)
+  assert finetune_lib.needs_data("glue_cola_v002")
+  # every other th_* name is built locally: the rule needs_data keeps
+  ours, _ = prechecks.task_names()
+  assert all(n.startswith(finetune_lib.LOCAL_PREFIX) for n in ours)
+  assert [n for n in ours if finetune_lib.needs_data(n)] == [
+      finetune_lib.PAPER_MIXTURE]
+  assert finetune_lib.LEXICAL_MIXTURE == downstream.LEXICAL_MIXTURE
   assert finetune_lib.LM_MIXTURE == downstream.LM_MIXTURE
   assert finetune_lib.EMBEDDED_MIXTURE == downstream.MIXTURE
   # the sweep's split of lm_small's 128 positions is the one the _lm views
@@ -288,6 +296,28 @@ def test_the_embedded_mixtures_need_no_tfds_data():
   assert finetune_lib.LM_TARGETS_LENGTH == downstream.MAX_TARGET_BYTES + 1
   assert (downstream.MAX_LM_INPUT_BYTES + 1 + finetune_lib.LM_TARGETS_LENGTH
           == 128)
+
+
+def test_an_other_embedded_mixture_runs_without_tfds_and_has_its_columns(
+    tmp_path, capsys):
+  """--finetune_mixture th_finetune_lexical_bytes (built from the local
+  corpus) needs no --data_dir and gets its two tasks as the columns."""
+  code = cli.main(["sweep", "--paper_table", "encdec_heads", "--rows", "2",
+                   "--scale", "tiny", "--output_dir", str(tmp_path / "out"),
+                   "--finetune", "--finetune_steps", "4",
+                   "--finetune_mixture", "th_finetune_lexical_bytes",
+                   "--dry_run"])
+  out, err = capsys.readouterr()
+  assert code == 0, err
+  finetune, = [l for l in out.splitlines() if l.startswith("mtf_th finetune")]
+  assert "experiments/finetune_embedded.gin" in finetune
+  assert "--data_dir" not in out and "vocabs" not in out
+  assert "embedded misspelling F1 (not SQuAD)" in out
+  assert "word-order acceptability accuracy), stand-ins" in out
+  assert finetune_lib.column_tasks("th_finetune_lexical_bytes") == (
+      ("th_embedded_misspelling_bytes", "f1"),
+      ("th_embedded_acceptability_bytes", "accuracy"))
+  assert seqio.get_mixture_or_task("th_finetune_lexical_bytes")
 
 
 @pytest.mark.parametrize("scale, lengths", [("small", (112, 16, 128)),
@@ -321,10 +351,10 @@ def test_dry_run_of_a_decoder_only_row_fine_tunes_it_as_delimited_lm(
       "--finetune_mixture", finetune_lib.PAPER_MIXTURE, "--data_dir",
       "{tmp}/none"], "reads 23 TFDS datasets that --data_dir={tmp}/none lacks"),
     (["--paper_table", "bert_heads", "--rows", "1", "--finetune"],
-     "row 01_multi_head_12_64 is a bert model"),
+     "row 01_multi_head_12_64 is a model of kind bert"),
     (["--paper_table", "albert_heads", "--rows", "1", "--finetune"],
-     "row 01_multi_head_6_128 is a albert model; .* the small encdec_heads "
-     "and span_heads tables\\) or a decoder-only LM"),
+     "row 01_multi_head_6_128 is a model of kind albert; .* the small "
+     "encdec_heads and span_heads tables\\) or a decoder-only LM"),
     (["--paper_table", "lm_heads", "--rows", "2", "--finetune",
       "--finetune_mixture", "th_finetune_embedded_bytes"],
      "row 02_multi_head_8_16 is a decoder-only LM, .* it needs "
@@ -342,8 +372,13 @@ def test_dry_run_of_a_decoder_only_row_fine_tunes_it_as_delimited_lm(
      "--finetune_steps goes with --finetune"),
     (["--paper_table", "encdec_heads", "--rows", "1", "--finetune",
       "--finetune_mixture", "th_finetune_embedded"],
-     "was pre-trained on th_prefix_lm_bytes .bytes., so it needs "
-     "th_finetune_embedded_bytes"),
+     "was pre-trained on th_prefix_lm_bytes .bytes., so it needs a mixture "
+     "in the same vocabulary .names ending in _bytes.; leave "
+     "--finetune_mixture out to get th_finetune_embedded_bytes"),
+    (["--paper_table", "encdec_heads", "--rows", "1", "--finetune",
+      "--finetune_mixture", "th_finetune_lexcal_bytes"],
+     "--finetune_mixture 'th_finetune_lexcal_bytes' is not a registered task "
+     "or mixture; did you mean th_finetune_lexical_bytes"),
     (["--paper_table", "t5_heads", "--rows", "1", "--finetune",
       "--finetune_steps", "0"], "finetune_steps"),
 ])

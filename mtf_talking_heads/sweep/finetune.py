@@ -39,6 +39,7 @@ FINETUNE_DIR = "finetune"
 DOWNSTREAM_MD = "downstream.md"
 DOWNSTREAM_RESULTS = "downstream_results.csv"  # training/metrics.py writes it
 EMBEDDED_MIXTURE = "th_finetune_embedded"
+LEXICAL_MIXTURE = "th_finetune_lexical"
 BYTES_SUFFIX = "_bytes"
 PAPER_MIXTURE = "th_finetune_squad_glue_superglue"
 # t5.data.DEFAULT_SPM_PATH (tests check they agree) and its size with t5's
@@ -60,6 +61,8 @@ _PAPER_COLUMNS = {
                        ("th_embedded_entailment", "accuracy")),
     LM_MIXTURE: (("th_embedded_misspelling_lm", "f1"),
                  ("th_embedded_acceptability_lm", "accuracy")),
+    LEXICAL_MIXTURE: (("th_embedded_misspelling", "f1"),
+                      ("th_embedded_acceptability", "accuracy")),
 }
 _LABELS = {
     PAPER_MIXTURE: ("SQuAD v1.1 dev-F1", "MNLI-m dev"),
@@ -67,7 +70,13 @@ _LABELS = {
                        "embedded entailment acc. (not MNLI-m)"),
     LM_MIXTURE: ("embedded misspelling F1 (not SQuAD)",
                  "embedded acceptability acc. (not MNLI-m)"),
+    LEXICAL_MIXTURE: ("embedded misspelling F1 (not SQuAD)",
+                      "embedded acceptability acc. (not MNLI-m)"),
 }
+# Every task and mixture data/ builds from the embedded corpus is named th_*
+# (data/task_names.THIS_PACKAGE; a test keeps it so); the one th_* read from
+# TFDS is PAPER_MIXTURE.
+LOCAL_PREFIX = "th_"
 
 
 def _family(mixture):
@@ -151,7 +160,7 @@ class Finetune(object):
       model = plan_model(plan, row)
       if model not in ENCODER_DECODER_MODELS + DECODER_ONLY_MODELS:
         raise ValueError(
-            "--finetune: row %s is a %s model; the downstream tasks are "
+            "--finetune: row %s is a model of kind %s; the downstream tasks are "
             "text-to-text and need an encoder-decoder (the T5 tables, or "
             "the small encdec_heads and span_heads tables) or a decoder-only "
             "LM (lm_heads, lm_variants, scaling_*). BERT/ALBERT fine-tuning "
@@ -187,15 +196,17 @@ class Finetune(object):
           "on one sequence of its pre-training length; it needs %s (the "
           "tasks' examples that fit); leave --finetune_mixture out to get it"
           % (self.mixture, row.name, wanted))
-    if family not in (EMBEDDED_MIXTURE, LM_MIXTURE):
-      return
-    if self.mixture_for(row).endswith(BYTES_SUFFIX) != pre_bytes:
+    mixture = self.mixture_for(row)
+    if needs_data(mixture):
+      return  # t5's vocabulary for every stage (vocabulary_params)
+    if mixture.endswith(BYTES_SUFFIX) != pre_bytes:
       raise ValueError(
           "--finetune_mixture %s: row %s was pre-trained on %s (%s), so it "
-          "needs %s (the same vocabulary); leave --finetune_mixture out to "
-          "get it" % (self.mixture, row.name, self._pretraining_mixture(row),
-                      "bytes" if pre_bytes else "SentencePiece",
-                      family + (BYTES_SUFFIX if pre_bytes else "")))
+          "needs a mixture in the same vocabulary (names ending in %s%s); "
+          "leave --finetune_mixture out to get %s"
+          % (self.mixture, row.name, self._pretraining_mixture(row),
+             "bytes" if pre_bytes else "SentencePiece",
+             "" if pre_bytes else "anything but ", BYTES_SUFFIX, wanted))
 
   def _decoder_only(self, row):
     return plan_model(self.plan, row) in DECODER_ONLY_MODELS
@@ -221,10 +232,8 @@ class Finetune(object):
   def gin_file(self, row):
     if self._decoder_only(row):
       return "experiments/finetune_embedded_lm.gin"
-    family = _family(self.mixture_for(row))
-    return ("experiments/finetune_embedded.gin"
-            if family in (EMBEDDED_MIXTURE, LM_MIXTURE)
-            else "experiments/finetune.gin")
+    return ("experiments/finetune.gin" if needs_data(self.mixture_for(row))
+            else "experiments/finetune_embedded.gin")
 
   def length_params(self, row):
     """A decoder-only row's sequence lengths: inputs + targets = the
@@ -358,9 +367,9 @@ def columns_note(stage):
           % (stage.default_steps(), stage.total_steps, ", ".join(mixtures),
              DOWNSTREAM_MD))
   families = {_family(m) for m in mixtures}
+  lexical = "misspelt-word span F1, word-order acceptability accuracy"
   kinds = {EMBEDDED_MIXTURE: "cloze span F1, copied-words entailment accuracy",
-           LM_MIXTURE: "misspelt-word span F1, word-order acceptability "
-                       "accuracy"}
+           LM_MIXTURE: lexical, LEXICAL_MIXTURE: lexical}
   if len(families) == 1 and families <= set(kinds):
     text += (" These are the embedded benchmark built from the local corpus "
              "(%s), stand-ins for the paper's SQuAD v1.1 and MNLI-m columns, "
@@ -415,9 +424,11 @@ def downstream_markdown(plan):
 
 
 def needs_data(mixture):
-  """True for a mixture read from TFDS (given, and not an embedded one)."""
-  return bool(mixture) and _family(mixture) not in (EMBEDDED_MIXTURE,
-                                                    LM_MIXTURE)
+  """True for a mixture read from TFDS: given, and not one built from the
+  embedded corpus (th_finetune_embedded, th_finetune_lexical, th_copy_bytes,
+  ... but the paper's th_finetune_squad_glue_superglue)."""
+  return bool(mixture) and (mixture == PAPER_MIXTURE
+                            or not mixture.startswith(LOCAL_PREFIX))
 
 
 def vocabulary_params(mixture):
