@@ -416,6 +416,9 @@ FAKE = textwrap.dedent('''
       f.write("%s%s %s\\n" % (cmd, " --metrics" if a.metrics else "", a.model_dir))
     os.makedirs(a.model_dir, exist_ok=True)
     seed = int(re.search(r"seed_(\\d+)", a.model_dir).group(1))
+    # multi-head rows score 3 and 2 points lower (the comparison's deltas)
+    if "multi_head" in a.model_dir:
+      seed -= 2 + seed % 2
     if cmd == "train":
       with open(os.path.join(a.model_dir, "train_log.csv"), "w") as out:
         out.write("step,loss,steps_per_sec,elapsed_sec\\n")
@@ -452,8 +455,9 @@ def fake(tmp_path, monkeypatch):
   return [sys.executable, str(script)], calls
 
 
-def _sweep(out, launcher, finetune):
-  rows = sweep.paper_table_rows("t5_heads")[6:7]
+def _sweep(out, launcher, finetune, rows=(6,)):
+  table = sweep.paper_table_rows("t5_heads")
+  rows = [table[i] for i in rows]
   return sweep.Sweep(rows, str(out), scale="tiny", seeds=2, train_steps=200,
                      eval_steps=(100, 200), table="t5_heads", launcher=launcher,
                      log=open(os.devnull, "w"), finetune=finetune)
@@ -514,6 +518,30 @@ def test_stage_fills_the_columns_and_resumes_by_stage(tmp_path, fake,
   # Other fine-tuning settings in the same output_dir are refused.
   with pytest.raises(ValueError, match="finetune differ"):
     _sweep(out, launcher, {"steps": 11}).run()
+
+
+def test_downstream_md_compares_each_variant_with_multi_head_by_seed(
+    tmp_path, fake):
+  """downstream.md: variant − multi-head of both columns, mean ± s.e. over
+  the seeds, paired by seed (the fake scores multi-head 3 and 2 lower)."""
+  launcher, _ = fake
+  out = tmp_path / "sweep"
+  _sweep(out, launcher, {"steps": 10}, rows=(2, 6)).run()
+  down = (out / "downstream.md").read_text()
+  assert ("| variant | heads | vs | seeds | Δ embedded cloze F1 (not SQuAD) "
+          "| Δ embedded entailment acc. (not MNLI-m) | higher (seeds) |"
+          in down)
+  assert ("| talking-heads | 24 | 03_multi_head_24_32 | 2 | +2.50 ± 0.50 | "
+          "+2.50 ± 0.50 | 2/2, 2/2 |" in down), down
+  # one seed scored: no standard error
+  ft = out / "runs" / "03_multi_head_24_32" / "seed_2" / "finetune"
+  (ft / finetune_lib.DOWNSTREAM_RESULTS).unlink()
+  plan = _sweep(out, launcher, {"steps": 10}, rows=(2, 6))
+  assert ("| talking-heads | 24 | 03_multi_head_24_32 | 1 | +3.00 | +3.00 | "
+          "1/1, 1/1 |" in finetune_lib.downstream_comparison(plan))
+  # without a multi-head row: no comparison
+  assert finetune_lib.downstream_comparison(
+      _sweep(tmp_path / "other", launcher, {"steps": 10})) == ""
 
 
 # ---------------------------------------------------------------------------

@@ -377,6 +377,45 @@ def columns_note(stage):
   return text
 
 
+def downstream_comparison(plan):
+  """Each variant's downstream columns against multi-head's, paired by seed.
+
+  Returns markdown: per (variant, multi-head) pair of comparison.pairs, the
+  mean ± standard error over seeds of variant − multi-head for the two
+  columns, and the seeds in which the variant scores higher; "" without a
+  pair scored in a common seed.  Example line (3 seeds):
+    | talking-heads | 8 | 02_multi_head_8_16 | 3 | +4.10 ± 1.20 | -0.50 ± 0.40 | 3/3, 1/3 |
+  """
+  stage = plan.finetune
+  labels = column_labels(stage.mixture_for(plan.rows[0]))
+  lines = []
+  for row, base in comparison.pairs(plan.rows):
+    deltas = ([], [])
+    for seed in range(1, plan.seeds + 1):
+      mine, theirs = stage.record(row, seed), stage.record(base, seed)
+      for i, key in enumerate(("span_f1", "cls_accuracy")):
+        if mine[key] is not None and theirs[key] is not None:
+          deltas[i].append(mine[key] - theirs[key])
+    if not any(deltas):
+      continue
+    cells = [comparison.format_mean_se(comparison.mean_se(d), "%+.2f",
+                                       se_fmt="%.2f") for d in deltas]
+    wins = ", ".join("%d/%d" % (sum(1 for v in d if v > 0), len(d))
+                     for d in deltas)
+    lines.append("| %s | %d | %s | %d | %s | %s | %s |" % (
+        row.label, row.heads, base.name, max(len(d) for d in deltas),
+        cells[0], cells[1], wins))
+  if not lines:
+    return ""
+  header = ("\n## Each variant vs multi-head\n\n"
+            "| variant | heads | vs | seeds | Δ %s | Δ %s | higher (seeds) |\n"
+            "|---|---:|---|---:|---:|---:|---:|\n" % labels)
+  return header + "\n".join(lines) + (
+      "\n\nΔ = variant − multi-head (positive: the variant scores higher), "
+      "mean ± standard error over the seeds both runs are scored in, paired "
+      "by seed.\n")
+
+
 def downstream_markdown(plan):
   """downstream.md: every (task, metric) per row, mean (std) over seeds.
 
@@ -420,7 +459,7 @@ def downstream_markdown(plan):
         cell += " (%.2f)" % std
       cells.append(cell)
     lines.append("| " + " | ".join(cells) + " |")
-  return "\n".join(lines) + "\n"
+  return "\n".join(lines) + "\n" + downstream_comparison(plan)
 
 
 def needs_data(mixture):
