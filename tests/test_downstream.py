@@ -373,12 +373,28 @@ def test_dry_run_of_a_decoder_only_row_fine_tunes_it_as_delimited_lm(
     (["--paper_table", "encdec_heads", "--rows", "1", "--finetune",
       "--finetune_mixture", "th_finetune_embedded"],
      "was pre-trained on th_prefix_lm_bytes .bytes., so it needs a mixture "
-     "in the same vocabulary .names ending in _bytes.; leave "
+     "in the same vocabulary .a name ending in _bytes.; leave "
+     "--finetune_mixture out to get th_finetune_embedded_bytes"),
+    (["--paper_table", "t5_heads", "--rows", "1", "--finetune",
+      "--finetune_mixture", "th_finetune_lexical_bytes"],
+     "row 01_multi_head_6_128 was pre-trained on th_span_corruption "
+     ".SentencePiece., so it needs a mixture in the same vocabulary .a name "
+     "not ending in _bytes.; leave --finetune_mixture out to get "
+     "th_finetune_embedded$"),
+    # a bytes row cannot take t5's SentencePiece tasks (refused before
+    # --data_dir is asked for: it would not help)
+    (["--paper_table", "encdec_heads", "--rows", "1", "--finetune",
+      "--finetune_mixture", finetune_lib.PAPER_MIXTURE],
+     "row 01_multi_head_4_32 was pre-trained on th_prefix_lm_bytes .bytes., "
+     "but the sweep fine-tunes th_finetune_squad_glue_superglue .read from "
+     "TFDS. in t5's SentencePiece vocabulary; fine-tune the row on a "
+     "\\.\\.\\._bytes mixture of the local corpus .leave "
      "--finetune_mixture out to get th_finetune_embedded_bytes"),
     (["--paper_table", "encdec_heads", "--rows", "1", "--finetune",
       "--finetune_mixture", "th_finetune_lexcal_bytes"],
      "--finetune_mixture 'th_finetune_lexcal_bytes' is not a registered task "
-     "or mixture; did you mean th_finetune_lexical_bytes"),
+     "or mixture; did you mean th_finetune_lexical_bytes.* \\(mtf_th sweep "
+     "fine-tunes on the tasks and mixtures this package and t5 register\\)$"),
     (["--paper_table", "t5_heads", "--rows", "1", "--finetune",
       "--finetune_steps", "0"], "finetune_steps"),
 ])

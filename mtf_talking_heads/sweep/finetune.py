@@ -185,7 +185,8 @@ class Finetune(object):
     self.total_steps = plan.train_steps + self.default_steps()
 
   def _check_vocabulary(self, row):
-    """An embedded mixture must be in the pre-training's vocabulary; a
+    """The mixture must be in the pre-training's vocabulary (t5's tasks,
+    read from TFDS, are in SentencePiece: no row pre-trained on bytes); a
     decoder-only row needs the mixture whose examples fit its sequence."""
     family = _family(self.mixture_for(row))
     pre_bytes = self._pretraining_mixture(row).endswith(BYTES_SUFFIX)
@@ -197,16 +198,26 @@ class Finetune(object):
           "tasks' examples that fit); leave --finetune_mixture out to get it"
           % (self.mixture, row.name, wanted))
     mixture = self.mixture_for(row)
+    if needs_data(mixture) and pre_bytes:
+      raise ValueError(
+          "--finetune_mixture %s: row %s was pre-trained on %s (bytes), but "
+          "the sweep fine-tunes %s (read from TFDS) in t5's SentencePiece "
+          "vocabulary; fine-tune the row on a "
+          "..._bytes mixture of the local corpus (leave --finetune_mixture "
+          "out to get %s), or fine-tune rows pre-trained on SentencePiece "
+          "(the T5 tables)"
+          % (self.mixture, row.name, self._pretraining_mixture(row),
+             self.mixture, wanted))
     if needs_data(mixture):
       return  # t5's vocabulary for every stage (vocabulary_params)
     if mixture.endswith(BYTES_SUFFIX) != pre_bytes:
       raise ValueError(
           "--finetune_mixture %s: row %s was pre-trained on %s (%s), so it "
-          "needs a mixture in the same vocabulary (names ending in %s%s); "
+          "needs a mixture in the same vocabulary (a name %s in %s); "
           "leave --finetune_mixture out to get %s"
           % (self.mixture, row.name, self._pretraining_mixture(row),
              "bytes" if pre_bytes else "SentencePiece",
-             "" if pre_bytes else "anything but ", BYTES_SUFFIX, wanted))
+             "ending" if pre_bytes else "not ending", BYTES_SUFFIX, wanted))
 
   def _decoder_only(self, row):
     return plan_model(self.plan, row) in DECODER_ONLY_MODELS
