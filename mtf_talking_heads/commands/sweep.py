@@ -236,7 +236,8 @@ def _finetune_options(args):
                                 % (", ".join(given),
                                    "es" if len(given) == 1 else ""))
     return None
-  prechecks.task(args.finetune_mixture, args.gin_file, "--finetune_mixture")
+  prechecks.task(args.finetune_mixture, args.gin_file, "--finetune_mixture",
+                 own_task=prechecks.SWEEP_TASKS)
   return dict(mixture=args.finetune_mixture, steps=args.finetune_steps,
               max_eval_examples=args.finetune_eval_examples,
               data_dir=args.data_dir)
