@@ -560,6 +560,32 @@ def test_downstream_md_compares_each_variant_with_multi_head_by_seed(
       _sweep(tmp_path / "other", launcher, {"steps": 10})) == ""
 
 
+def test_downstream_comparison_pairs_each_column_by_seed(tmp_path, fake):
+  """Δ = variant − multi-head per column (span, then classification), the
+  sign kept; a column scored in fewer seeds is marked (n=k)."""
+  launcher, _ = fake
+  plan = _sweep(tmp_path / "sweep", launcher, {"steps": 10}, rows=(2, 6))
+  stage = plan.finetune
+  scores = {  # (row index, seed): (cloze F1, entailment accuracy or None)
+      (0, 1): (50.0, 70.0), (0, 2): (52.0, 72.0),
+      (1, 1): (51.0, 66.0), (1, 2): (55.0, None)}
+  for (i, seed), (f1, acc) in scores.items():
+    ft = stage.model_dir(plan.rows[i], seed)
+    os.makedirs(ft)
+    with open(os.path.join(ft, finetune_lib.DOWNSTREAM_RESULTS), "w") as f:
+      f.write("task,metric,value,step,examples\n")
+      f.write("th_embedded_cloze,f1,%s,%d,8\n" % (f1, stage.total_steps))
+      if acc is not None:
+        f.write("th_embedded_entailment,accuracy,%s,%d,8\n"
+                % (acc, stage.total_steps))
+  assert [r.name for r in plan.rows] == ["03_multi_head_24_32",
+                                         "07_talking_heads_24_32"]
+  table = finetune_lib.downstream_comparison(plan)
+  # F1: +1, +3 -> +2.00 ± 1.00; accuracy: only seed 1 paired, -4
+  assert ("| talking-heads | 24 | 03_multi_head_24_32 | 2 | +2.00 ± 1.00 | "
+          "-4.00 (n=1) | 2/2, 0/1 |" in table), table
+
+
 # ---------------------------------------------------------------------------
 # Fine-tuning settings per model kind (gin/experiments/finetune*.gin).
 

@@ -409,13 +409,13 @@ def downstream_comparison(plan):
           deltas[i].append(mine[key] - theirs[key])
     if not any(deltas):
       continue
+    seeds = max(len(d) for d in deltas)
     cells = [comparison.format_mean_se(comparison.mean_se(d), "%+.2f",
-                                       se_fmt="%.2f") for d in deltas]
+                                       seeds, se_fmt="%.2f") for d in deltas]
     wins = ", ".join("%d/%d" % (sum(1 for v in d if v > 0), len(d))
                      for d in deltas)
     lines.append("| %s | %d | %s | %d | %s | %s | %s |" % (
-        row.label, row.heads, base.name, max(len(d) for d in deltas),
-        cells[0], cells[1], wins))
+        row.label, row.heads, base.name, seeds, cells[0], cells[1], wins))
   if not lines:
     return ""
   header = ("\n## Each variant vs multi-head\n\n"
@@ -424,7 +424,8 @@ def downstream_comparison(plan):
   return header + "\n".join(lines) + (
       "\n\nΔ = variant − multi-head (positive: the variant scores higher), "
       "mean ± standard error over the seeds both runs are scored in, paired "
-      "by seed.\n")
+      "by seed; (n=k) marks a column that fewer seeds give; higher: the "
+      "seeds in which the variant scores higher, per column.\n")
 
 
 def downstream_markdown(plan):
