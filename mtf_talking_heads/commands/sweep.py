@@ -127,10 +127,11 @@ def _build_parser():
                     help="fine-tuning steps (default: finetune.gin's 131072)")
   tune.add_argument("--finetune_mixture", metavar="NAME",
                     help="default: th_finetune_embedded for encoder-decoder "
-                    "rows, th_finetune_lm for decoder-only rows (built from "
-                    "the local corpus, as is any other th_* name but the "
-                    "paper's; _bytes for byte-level rows); the paper's: "
-                    "th_finetune_squad_glue_superglue (needs --data_dir)")
+                    "rows (built from the local corpus, as is any other th_* "
+                    "name but the paper's), th_finetune_lm for decoder-only "
+                    "rows (their only choice); _bytes for byte-level rows; "
+                    "the paper's: th_finetune_squad_glue_superglue (needs "
+                    "--data_dir and SentencePiece rows)")
   tune.add_argument("--finetune_eval_examples", type=int, metavar="N",
                     help="score at most N validation examples per task "
                     "(default: all)")

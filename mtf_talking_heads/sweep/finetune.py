@@ -21,6 +21,9 @@ Mixtures:
       delimited_lm ("<inputs> EOS <targets> EOS", loss on the targets;
       experiments/finetune_embedded_lm.gin); the columns: misspelt-word span
       F1 (for SQuAD) and acceptability accuracy (CoLA's form, for MNLI-m).
+  th_finetune_lexical[_bytes]  the embedded misspelling and acceptability
+      tasks for encoder-decoder rows (same columns as th_finetune_lm); any
+      other th_* name is built from the local corpus too, its columns empty.
   th_finetune_squad_glue_superglue  the paper's mixture, read by TFDS from
       --data_dir (a bucket prepared with `tfds build`); t5's tasks use t5's
       SentencePiece vocabulary, so every stage of such a sweep binds
@@ -146,8 +149,8 @@ class Finetune(object):
     steps: fine-tuning steps (default: finetune.gin's 131072).
     max_eval_examples: held-out examples per task for the metrics (None:
       all).
-    data_dir: TFDS data directory; required for any mixture other than the
-      embedded ones (th_finetune_embedded, th_finetune_lm).
+    data_dir: TFDS data directory; required for a mixture read from TFDS
+      (needs_data: the paper's, or any name not th_*).
   Raises:
     ValueError: a row that cannot be fine-tuned text-to-text, a bad number,
       or a TFDS mixture without data_dir -- before anything runs.
