@@ -333,14 +333,14 @@ def summarize(records, labels):
   return out
 
 
-def format_mean_se(value, fmt="%+.3f", seeds=None):
+def format_mean_se(value, fmt="%+.3f", seeds=None, se_fmt="%.3f"):
   """(mean, se[, n]) as "-0.054 ± 0.002"; "(n=1)" when fewer values than
   `seeds` went into it; "n/a" without a mean."""
   mean, se = value[:2]
   n = value[2] if len(value) > 2 else None
   if mean is None:
     return "n/a"
-  text = (fmt % mean) + ("" if se is None else " ± %.3f" % se)
+  text = (fmt % mean) + ("" if se is None else " ± " + se_fmt % se)
   if seeds is not None and n is not None and n < seeds:
     text += " (n=%d)" % n
   return text

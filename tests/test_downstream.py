@@ -18,6 +18,7 @@ from t5.evaluation import qa_utils
 from mtf_talking_heads import cli
 from mtf_talking_heads import data  # noqa: F401  (registers the tasks)
 from mtf_talking_heads import sweep
+from mtf_talking_heads.commands import prechecks
 from mtf_talking_heads.data import downstream
 from mtf_talking_heads.data import vocab
 from mtf_talking_heads.sweep import finetune as finetune_lib
@@ -281,6 +282,13 @@ def test_the_embedded_mixtures_need_no_tfds_data():
     assert not finetune_lib.needs_data(mixture), mixture
     assert finetune_lib.vocabulary_params(mixture) == (), mixture
   assert finetune_lib.needs_data(finetune_lib.PAPER_MIXTURE)
+  assert finetune_lib.needs_data("glue_cola_v002")
+  # every other th_* name is built locally: the rule needs_data keeps
+  ours, _ = prechecks.task_names()
+  assert all(n.startswith(finetune_lib.LOCAL_PREFIX) for n in ours)
+  assert [n for n in ours if finetune_lib.needs_data(n)] == [
+      finetune_lib.PAPER_MIXTURE]
+  assert finetune_lib.LEXICAL_MIXTURE == downstream.LEXICAL_MIXTURE
   assert finetune_lib.LM_MIXTURE == downstream.LM_MIXTURE
   assert finetune_lib.EMBEDDED_MIXTURE == downstream.MIXTURE
   # the sweep's split of lm_small's 128 positions is the one the _lm views
@@ -288,6 +296,28 @@ def test_the_embedded_mixtures_need_no_tfds_data():
   assert finetune_lib.LM_TARGETS_LENGTH == downstream.MAX_TARGET_BYTES + 1
   assert (downstream.MAX_LM_INPUT_BYTES + 1 + finetune_lib.LM_TARGETS_LENGTH
           == 128)
+
+
+def test_an_other_embedded_mixture_runs_without_tfds_and_has_its_columns(
+    tmp_path, capsys):
+  """--finetune_mixture th_finetune_lexical_bytes (built from the local
+  corpus) needs no --data_dir and gets its two tasks as the columns."""
+  code = cli.main(["sweep", "--paper_table", "encdec_heads", "--rows", "2",
+                   "--scale", "tiny", "--output_dir", str(tmp_path / "out"),
+                   "--finetune", "--finetune_steps", "4",
+                   "--finetune_mixture", "th_finetune_lexical_bytes",
+                   "--dry_run"])
+  out, err = capsys.readouterr()
+  assert code == 0, err
+  finetune, = [l for l in out.splitlines() if l.startswith("mtf_th finetune")]
+  assert "experiments/finetune_embedded.gin" in finetune
+  assert "--data_dir" not in out and "vocabs" not in out
+  assert "embedded misspelling F1 (not SQuAD)" in out
+  assert "word-order acceptability accuracy), stand-ins" in out
+  assert finetune_lib.column_tasks("th_finetune_lexical_bytes") == (
+      ("th_embedded_misspelling_bytes", "f1"),
+      ("th_embedded_acceptability_bytes", "accuracy"))
+  assert seqio.get_mixture_or_task("th_finetune_lexical_bytes")
 
 
 @pytest.mark.parametrize("scale, lengths", [("small", (112, 16, 128)),
@@ -321,10 +351,10 @@ def test_dry_run_of_a_decoder_only_row_fine_tunes_it_as_delimited_lm(
       "--finetune_mixture", finetune_lib.PAPER_MIXTURE, "--data_dir",
       "{tmp}/none"], "reads 23 TFDS datasets that --data_dir={tmp}/none lacks"),
     (["--paper_table", "bert_heads", "--rows", "1", "--finetune"],
-     "row 01_multi_head_12_64 is a bert model"),
+     "row 01_multi_head_12_64 is a model of kind bert"),
     (["--paper_table", "albert_heads", "--rows", "1", "--finetune"],
-     "row 01_multi_head_6_128 is a albert model; .* the small encdec_heads "
-     "and span_heads tables\\) or a decoder-only LM"),
+     "row 01_multi_head_6_128 is a model of kind albert; .* the small "
+     "encdec_heads and span_heads tables\\) or a decoder-only LM"),
     (["--paper_table", "lm_heads", "--rows", "2", "--finetune",
       "--finetune_mixture", "th_finetune_embedded_bytes"],
      "row 02_multi_head_8_16 is a decoder-only LM, .* it needs "
@@ -342,8 +372,29 @@ def test_dry_run_of_a_decoder_only_row_fine_tunes_it_as_delimited_lm(
      "--finetune_steps goes with --finetune"),
     (["--paper_table", "encdec_heads", "--rows", "1", "--finetune",
       "--finetune_mixture", "th_finetune_embedded"],
-     "was pre-trained on th_prefix_lm_bytes .bytes., so it needs "
-     "th_finetune_embedded_bytes"),
+     "was pre-trained on th_prefix_lm_bytes .bytes., so it needs a mixture "
+     "in the same vocabulary .a name ending in _bytes.; leave "
+     "--finetune_mixture out to get th_finetune_embedded_bytes"),
+    (["--paper_table", "t5_heads", "--rows", "1", "--finetune",
+      "--finetune_mixture", "th_finetune_lexical_bytes"],
+     "row 01_multi_head_6_128 was pre-trained on th_span_corruption "
+     ".SentencePiece., so it needs a mixture in the same vocabulary .a name "
+     "not ending in _bytes.; leave --finetune_mixture out to get "
+     "th_finetune_embedded$"),
+    # a bytes row cannot take t5's SentencePiece tasks (refused before
+    # --data_dir is asked for: it would not help)
+    (["--paper_table", "encdec_heads", "--rows", "1", "--finetune",
+      "--finetune_mixture", finetune_lib.PAPER_MIXTURE],
+     "row 01_multi_head_4_32 was pre-trained on th_prefix_lm_bytes .bytes., "
+     "but the sweep fine-tunes th_finetune_squad_glue_superglue .read from "
+     "TFDS. in t5's SentencePiece vocabulary; fine-tune the row on a "
+     "\\.\\.\\._bytes mixture of the local corpus .leave "
+     "--finetune_mixture out to get th_finetune_embedded_bytes"),
+    (["--paper_table", "encdec_heads", "--rows", "1", "--finetune",
+      "--finetune_mixture", "th_finetune_lexcal_bytes"],
+     "--finetune_mixture 'th_finetune_lexcal_bytes' is not a registered task "
+     "or mixture; did you mean th_finetune_lexical_bytes.* \\(mtf_th sweep "
+     "fine-tunes on the tasks and mixtures this package and t5 register\\)$"),
     (["--paper_table", "t5_heads", "--rows", "1", "--finetune",
       "--finetune_steps", "0"], "finetune_steps"),
 ])
@@ -381,6 +432,9 @@ FAKE = textwrap.dedent('''
       f.write("%s%s %s\\n" % (cmd, " --metrics" if a.metrics else "", a.model_dir))
     os.makedirs(a.model_dir, exist_ok=True)
     seed = int(re.search(r"seed_(\\d+)", a.model_dir).group(1))
+    # multi-head rows score 3 and 2 points lower (the comparison's deltas)
+    if "multi_head" in a.model_dir:
+      seed -= 2 + seed % 2
     if cmd == "train":
       with open(os.path.join(a.model_dir, "train_log.csv"), "w") as out:
         out.write("step,loss,steps_per_sec,elapsed_sec\\n")
@@ -417,8 +471,9 @@ def fake(tmp_path, monkeypatch):
   return [sys.executable, str(script)], calls
 
 
-def _sweep(out, launcher, finetune):
-  rows = sweep.paper_table_rows("t5_heads")[6:7]
+def _sweep(out, launcher, finetune, rows=(6,)):
+  table = sweep.paper_table_rows("t5_heads")
+  rows = [table[i] for i in rows]
   return sweep.Sweep(rows, str(out), scale="tiny", seeds=2, train_steps=200,
                      eval_steps=(100, 200), table="t5_heads", launcher=launcher,
                      log=open(os.devnull, "w"), finetune=finetune)
@@ -479,6 +534,56 @@ def test_stage_fills_the_columns_and_resumes_by_stage(tmp_path, fake,
   # Other fine-tuning settings in the same output_dir are refused.
   with pytest.raises(ValueError, match="finetune differ"):
     _sweep(out, launcher, {"steps": 11}).run()
+
+
+def test_downstream_md_compares_each_variant_with_multi_head_by_seed(
+    tmp_path, fake):
+  """downstream.md: variant − multi-head of both columns, mean ± s.e. over
+  the seeds, paired by seed (the fake scores multi-head 3 and 2 lower)."""
+  launcher, _ = fake
+  out = tmp_path / "sweep"
+  _sweep(out, launcher, {"steps": 10}, rows=(2, 6)).run()
+  down = (out / "downstream.md").read_text()
+  assert ("| variant | heads | vs | seeds | Δ embedded cloze F1 (not SQuAD) "
+          "| Δ embedded entailment acc. (not MNLI-m) | higher (seeds) |"
+          in down)
+  assert ("| talking-heads | 24 | 03_multi_head_24_32 | 2 | +2.50 ± 0.50 | "
+          "+2.50 ± 0.50 | 2/2, 2/2 |" in down), down
+  # one seed scored: no standard error
+  ft = out / "runs" / "03_multi_head_24_32" / "seed_2" / "finetune"
+  (ft / finetune_lib.DOWNSTREAM_RESULTS).unlink()
+  plan = _sweep(out, launcher, {"steps": 10}, rows=(2, 6))
+  assert ("| talking-heads | 24 | 03_multi_head_24_32 | 1 | +3.00 | +3.00 | "
+          "1/1, 1/1 |" in finetune_lib.downstream_comparison(plan))
+  # without a multi-head row: no comparison
+  assert finetune_lib.downstream_comparison(
+      _sweep(tmp_path / "other", launcher, {"steps": 10})) == ""
+
+
+def test_downstream_comparison_pairs_each_column_by_seed(tmp_path, fake):
+  """Δ = variant − multi-head per column (span, then classification), the
+  sign kept; a column scored in fewer seeds is marked (n=k)."""
+  launcher, _ = fake
+  plan = _sweep(tmp_path / "sweep", launcher, {"steps": 10}, rows=(2, 6))
+  stage = plan.finetune
+  scores = {  # (row index, seed): (cloze F1, entailment accuracy or None)
+      (0, 1): (50.0, 70.0), (0, 2): (52.0, 72.0),
+      (1, 1): (51.0, 66.0), (1, 2): (55.0, None)}
+  for (i, seed), (f1, acc) in scores.items():
+    ft = stage.model_dir(plan.rows[i], seed)
+    os.makedirs(ft)
+    with open(os.path.join(ft, finetune_lib.DOWNSTREAM_RESULTS), "w") as f:
+      f.write("task,metric,value,step,examples\n")
+      f.write("th_embedded_cloze,f1,%s,%d,8\n" % (f1, stage.total_steps))
+      if acc is not None:
+        f.write("th_embedded_entailment,accuracy,%s,%d,8\n"
+                % (acc, stage.total_steps))
+  assert [r.name for r in plan.rows] == ["03_multi_head_24_32",
+                                         "07_talking_heads_24_32"]
+  table = finetune_lib.downstream_comparison(plan)
+  # F1: +1, +3 -> +2.00 ± 1.00; accuracy: only seed 1 paired, -4
+  assert ("| talking-heads | 24 | 03_multi_head_24_32 | 2 | +2.00 ± 1.00 | "
+          "-4.00 (n=1) | 2/2, 0/1 |" in table), table
 
 
 # ---------------------------------------------------------------------------

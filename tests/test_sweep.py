@@ -16,6 +16,7 @@
   CLI, rerun included (tests/test_finetune_chain.py).
 """
 import csv
+import io
 import json
 import math
 import os
@@ -360,12 +361,12 @@ def fake_mtf_th(tmp_path, monkeypatch):
   return [sys.executable, str(script)], calls
 
 
-def _grid_sweep(output_dir, launcher, seeds=2, **kwargs):
+def _grid_sweep(output_dir, launcher, seeds=2, log=None, **kwargs):
   rows = sweep.grid_rows({"variant": ["multi_head", "talking_heads"],
                           "heads": [4, 8]}, {"d_k": ("div", 32, "heads")})
   return sweep.Sweep(rows, str(output_dir), scale="tiny", seeds=seeds,
                      train_steps=20, eval_steps=(5, 20), launcher=launcher,
-                     log=open(os.devnull, "w"), **kwargs)
+                     log=log or open(os.devnull, "w"), **kwargs)
 
 
 def _read_csv(path):
@@ -520,8 +521,10 @@ def test_report_rewrites_tables_without_training(tmp_path, fake_mtf_th):
   before = len(calls.read_text().splitlines())
   (out / "results.md").unlink()
   (out / "comparison.md").unlink()
-  _grid_sweep(out, launcher, seeds=2).run(train=False)  # seed 2: not run
+  log = io.StringIO()
+  _grid_sweep(out, launcher, seeds=2, log=log).run(train=False)  # no seed 2
   assert len(calls.read_text().splitlines()) == before
+  assert "8 runs, 4 already recorded" in log.getvalue()
   assert (out / "results.md").exists() and (out / "comparison.md").exists()
 
 

@@ -286,7 +286,16 @@ def _registers_no_more(gin_files):
   return all(m.split(".")[0] in KNOWN_IMPORTS for m in imports)
 
 
-def task(name, gin_files=(), flag="--task", module_imports=()):
+OWN_TASK = ("a task of your own: give the module that registers it with "
+            "--module_import")
+# mtf_th sweep has no --module_import, and its TFDS check (commands/sweep.py
+# _check_data) knows only the tasks mtf_talking_heads.data registers.
+SWEEP_TASKS = ("mtf_th sweep fine-tunes on the tasks and mixtures this "
+               "package and t5 register")
+
+
+def task(name, gin_files=(), flag="--task", module_imports=(),
+         own_task=OWN_TASK):
   """A seqio task or mixture name, refused with a did-you-mean when neither
   this package nor t5 registers it.  With --module_import, or a gin file
   that imports another package, more may be registered: then the name is
@@ -297,6 +306,8 @@ def task(name, gin_files=(), flag="--task", module_imports=()):
     gin_files: the gin files the command reads (for their imports).
     flag: the flag's name.
     module_imports: --module_import's modules.
+    own_task: the message's last words, in parentheses: how to use a task
+      of one's own (OWN_TASK), or that the command takes none (SWEEP_TASKS).
   Raises:
     commands.UsageError: one line naming the flag and close names.
   """
@@ -307,10 +318,10 @@ def task(name, gin_files=(), flag="--task", module_imports=()):
     return
   close = difflib.get_close_matches(name, ours + t5_names, n=3)
   raise commands.UsageError(
-      "%s %r is not a registered task or mixture; %s (a task of your own: "
-      "give the module that registers it with --module_import)" % (
+      "%s %r is not a registered task or mixture; %s (%s)" % (
           flag, name, ("did you mean %s?" % " or ".join(close)) if close
-          else "this package registers %s" % ", ".join(sorted(ours))))
+          else "this package registers %s" % ", ".join(sorted(ours)),
+          own_task))
 
 
 def run_gin_files(model_dir, gin_files):

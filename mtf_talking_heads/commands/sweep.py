@@ -126,9 +126,12 @@ def _build_parser():
   tune.add_argument("--finetune_steps", type=int, metavar="N",
                     help="fine-tuning steps (default: finetune.gin's 131072)")
   tune.add_argument("--finetune_mixture", metavar="NAME",
-                    help="default: th_finetune_embedded (built from the "
-                    "local corpus; _bytes for byte-level rows); the paper's: "
-                    "th_finetune_squad_glue_superglue (needs --data_dir)")
+                    help="default: th_finetune_embedded for encoder-decoder "
+                    "rows (built from the local corpus, as is any other th_* "
+                    "name but the paper's), th_finetune_lm for decoder-only "
+                    "rows (their only choice); _bytes for byte-level rows; "
+                    "the paper's: th_finetune_squad_glue_superglue (needs "
+                    "--data_dir and SentencePiece rows)")
   tune.add_argument("--finetune_eval_examples", type=int, metavar="N",
                     help="score at most N validation examples per task "
                     "(default: all)")
@@ -234,6 +237,8 @@ def _finetune_options(args):
                                 % (", ".join(given),
                                    "es" if len(given) == 1 else ""))
     return None
+  prechecks.task(args.finetune_mixture, args.gin_file, "--finetune_mixture",
+                 own_task=prechecks.SWEEP_TASKS)
   return dict(mixture=args.finetune_mixture, steps=args.finetune_steps,
               max_eval_examples=args.finetune_eval_examples,
               data_dir=args.data_dir)

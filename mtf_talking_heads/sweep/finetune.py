@@ -21,6 +21,9 @@ Mixtures:
       delimited_lm ("<inputs> EOS <targets> EOS", loss on the targets;
       experiments/finetune_embedded_lm.gin); the columns: misspelt-word span
       F1 (for SQuAD) and acceptability accuracy (CoLA's form, for MNLI-m).
+  th_finetune_lexical[_bytes]  the embedded misspelling and acceptability
+      tasks for encoder-decoder rows (same columns as th_finetune_lm); any
+      other th_* name is built from the local corpus too, its columns empty.
   th_finetune_squad_glue_superglue  the paper's mixture, read by TFDS from
       --data_dir (a bucket prepared with `tfds build`); t5's tasks use t5's
       SentencePiece vocabulary, so every stage of such a sweep binds
@@ -39,6 +42,7 @@ FINETUNE_DIR = "finetune"
 DOWNSTREAM_MD = "downstream.md"
 DOWNSTREAM_RESULTS = "downstream_results.csv"  # training/metrics.py writes it
 EMBEDDED_MIXTURE = "th_finetune_embedded"
+LEXICAL_MIXTURE = "th_finetune_lexical"
 BYTES_SUFFIX = "_bytes"
 PAPER_MIXTURE = "th_finetune_squad_glue_superglue"
 # t5.data.DEFAULT_SPM_PATH (tests check they agree) and its size with t5's
@@ -60,6 +64,8 @@ _PAPER_COLUMNS = {
                        ("th_embedded_entailment", "accuracy")),
     LM_MIXTURE: (("th_embedded_misspelling_lm", "f1"),
                  ("th_embedded_acceptability_lm", "accuracy")),
+    LEXICAL_MIXTURE: (("th_embedded_misspelling", "f1"),
+                      ("th_embedded_acceptability", "accuracy")),
 }
 _LABELS = {
     PAPER_MIXTURE: ("SQuAD v1.1 dev-F1", "MNLI-m dev"),
@@ -67,7 +73,13 @@ _LABELS = {
                        "embedded entailment acc. (not MNLI-m)"),
     LM_MIXTURE: ("embedded misspelling F1 (not SQuAD)",
                  "embedded acceptability acc. (not MNLI-m)"),
+    LEXICAL_MIXTURE: ("embedded misspelling F1 (not SQuAD)",
+                      "embedded acceptability acc. (not MNLI-m)"),
 }
+# Every task and mixture data/ builds from the embedded corpus is named th_*
+# (data/task_names.THIS_PACKAGE; a test keeps it so); the one th_* read from
+# TFDS is PAPER_MIXTURE.
+LOCAL_PREFIX = "th_"
 
 
 def _family(mixture):
@@ -137,8 +149,8 @@ class Finetune(object):
     steps: fine-tuning steps (default: finetune.gin's 131072).
     max_eval_examples: held-out examples per task for the metrics (None:
       all).
-    data_dir: TFDS data directory; required for any mixture other than the
-      embedded ones (th_finetune_embedded, th_finetune_lm).
+    data_dir: TFDS data directory; required for a mixture read from TFDS
+      (needs_data: the paper's, or any name not th_*).
   Raises:
     ValueError: a row that cannot be fine-tuned text-to-text, a bad number,
       or a TFDS mixture without data_dir -- before anything runs.
@@ -151,7 +163,7 @@ class Finetune(object):
       model = plan_model(plan, row)
       if model not in ENCODER_DECODER_MODELS + DECODER_ONLY_MODELS:
         raise ValueError(
-            "--finetune: row %s is a %s model; the downstream tasks are "
+            "--finetune: row %s is a model of kind %s; the downstream tasks are "
             "text-to-text and need an encoder-decoder (the T5 tables, or "
             "the small encdec_heads and span_heads tables) or a decoder-only "
             "LM (lm_heads, lm_variants, scaling_*). BERT/ALBERT fine-tuning "
@@ -176,7 +188,8 @@ class Finetune(object):
     self.total_steps = plan.train_steps + self.default_steps()
 
   def _check_vocabulary(self, row):
-    """An embedded mixture must be in the pre-training's vocabulary; a
+    """The mixture must be in the pre-training's vocabulary (t5's tasks,
+    read from TFDS, are in SentencePiece: no row pre-trained on bytes); a
     decoder-only row needs the mixture whose examples fit its sequence."""
     family = _family(self.mixture_for(row))
     pre_bytes = self._pretraining_mixture(row).endswith(BYTES_SUFFIX)
@@ -187,15 +200,27 @@ class Finetune(object):
           "on one sequence of its pre-training length; it needs %s (the "
           "tasks' examples that fit); leave --finetune_mixture out to get it"
           % (self.mixture, row.name, wanted))
-    if family not in (EMBEDDED_MIXTURE, LM_MIXTURE):
-      return
-    if self.mixture_for(row).endswith(BYTES_SUFFIX) != pre_bytes:
+    mixture = self.mixture_for(row)
+    if needs_data(mixture) and pre_bytes:
+      raise ValueError(
+          "--finetune_mixture %s: row %s was pre-trained on %s (bytes), but "
+          "the sweep fine-tunes %s (read from TFDS) in t5's SentencePiece "
+          "vocabulary; fine-tune the row on a "
+          "..._bytes mixture of the local corpus (leave --finetune_mixture "
+          "out to get %s), or fine-tune rows pre-trained on SentencePiece "
+          "(the T5 tables)"
+          % (self.mixture, row.name, self._pretraining_mixture(row),
+             self.mixture, wanted))
+    if needs_data(mixture):
+      return  # t5's vocabulary for every stage (vocabulary_params)
+    if mixture.endswith(BYTES_SUFFIX) != pre_bytes:
       raise ValueError(
           "--finetune_mixture %s: row %s was pre-trained on %s (%s), so it "
-          "needs %s (the same vocabulary); leave --finetune_mixture out to "
-          "get it" % (self.mixture, row.name, self._pretraining_mixture(row),
-                      "bytes" if pre_bytes else "SentencePiece",
-                      family + (BYTES_SUFFIX if pre_bytes else "")))
+          "needs a mixture in the same vocabulary (a name %s in %s); "
+          "leave --finetune_mixture out to get %s"
+          % (self.mixture, row.name, self._pretraining_mixture(row),
+             "bytes" if pre_bytes else "SentencePiece",
+             "ending" if pre_bytes else "not ending", BYTES_SUFFIX, wanted))
 
   def _decoder_only(self, row):
     return plan_model(self.plan, row) in DECODER_ONLY_MODELS
@@ -221,10 +246,8 @@ class Finetune(object):
   def gin_file(self, row):
     if self._decoder_only(row):
       return "experiments/finetune_embedded_lm.gin"
-    family = _family(self.mixture_for(row))
-    return ("experiments/finetune_embedded.gin"
-            if family in (EMBEDDED_MIXTURE, LM_MIXTURE)
-            else "experiments/finetune.gin")
+    return ("experiments/finetune.gin" if needs_data(self.mixture_for(row))
+            else "experiments/finetune_embedded.gin")
 
   def length_params(self, row):
     """A decoder-only row's sequence lengths: inputs + targets = the
@@ -358,14 +381,54 @@ def columns_note(stage):
           % (stage.default_steps(), stage.total_steps, ", ".join(mixtures),
              DOWNSTREAM_MD))
   families = {_family(m) for m in mixtures}
+  lexical = "misspelt-word span F1, word-order acceptability accuracy"
   kinds = {EMBEDDED_MIXTURE: "cloze span F1, copied-words entailment accuracy",
-           LM_MIXTURE: "misspelt-word span F1, word-order acceptability "
-                       "accuracy"}
+           LM_MIXTURE: lexical, LEXICAL_MIXTURE: lexical}
   if len(families) == 1 and families <= set(kinds):
     text += (" These are the embedded benchmark built from the local corpus "
              "(%s), stand-ins for the paper's SQuAD v1.1 and MNLI-m columns, "
              "not those benchmarks." % kinds[families.pop()])
   return text
+
+
+def downstream_comparison(plan):
+  """Each variant's downstream columns against multi-head's, paired by seed.
+
+  Returns markdown: per (variant, multi-head) pair of comparison.pairs, the
+  mean ± standard error over seeds of variant − multi-head for the two
+  columns, and the seeds in which the variant scores higher; "" without a
+  pair scored in a common seed.  Example line (3 seeds):
+    | talking-heads | 8 | 02_multi_head_8_16 | 3 | +4.10 ± 1.20 | -0.50 ± 0.40 | 3/3, 1/3 |
+  """
+  stage = plan.finetune
+  labels = column_labels(stage.mixture_for(plan.rows[0]))
+  lines = []
+  for row, base in comparison.pairs(plan.rows):
+    deltas = ([], [])
+    for seed in range(1, plan.seeds + 1):
+      mine, theirs = stage.record(row, seed), stage.record(base, seed)
+      for i, key in enumerate(("span_f1", "cls_accuracy")):
+        if mine[key] is not None and theirs[key] is not None:
+          deltas[i].append(mine[key] - theirs[key])
+    if not any(deltas):
+      continue
+    seeds = max(len(d) for d in deltas)
+    cells = [comparison.format_mean_se(comparison.mean_se(d), "%+.2f",
+                                       seeds, se_fmt="%.2f") for d in deltas]
+    wins = ", ".join("%d/%d" % (sum(1 for v in d if v > 0), len(d))
+                     for d in deltas)
+    lines.append("| %s | %d | %s | %d | %s | %s | %s |" % (
+        row.label, row.heads, base.name, seeds, cells[0], cells[1], wins))
+  if not lines:
+    return ""
+  header = ("\n## Each variant vs multi-head\n\n"
+            "| variant | heads | vs | seeds | Δ %s | Δ %s | higher (seeds) |\n"
+            "|---|---:|---|---:|---:|---:|---:|\n" % labels)
+  return header + "\n".join(lines) + (
+      "\n\nΔ = variant − multi-head (positive: the variant scores higher), "
+      "mean ± standard error over the seeds both runs are scored in, paired "
+      "by seed; (n=k) marks a column that fewer seeds give; higher: the "
+      "seeds in which the variant scores higher, per column.\n")
 
 
 def downstream_markdown(plan):
@@ -411,13 +474,15 @@ def downstream_markdown(plan):
         cell += " (%.2f)" % std
       cells.append(cell)
     lines.append("| " + " | ".join(cells) + " |")
-  return "\n".join(lines) + "\n"
+  return "\n".join(lines) + "\n" + downstream_comparison(plan)
 
 
 def needs_data(mixture):
-  """True for a mixture read from TFDS (given, and not an embedded one)."""
-  return bool(mixture) and _family(mixture) not in (EMBEDDED_MIXTURE,
-                                                    LM_MIXTURE)
+  """True for a mixture read from TFDS: given, and not one built from the
+  embedded corpus (th_finetune_embedded, th_finetune_lexical, th_copy_bytes,
+  ... but the paper's th_finetune_squad_glue_superglue)."""
+  return bool(mixture) and (mixture == PAPER_MIXTURE
+                            or not mixture.startswith(LOCAL_PREFIX))
 
 
 def vocabulary_params(mixture):

@@ -288,13 +288,13 @@ class Runner(object):
     runs = plan.runs()
     done = results.read_results(plan.output_dir)
     todo = [r for r in runs if (r.row.name, r.seed) not in done]
-    if not train:
-      todo = []
     self.say("sweep %s (%s scale, %d rows x %d seeds, %d steps, ln(PPL) at "
              "%s): %d runs, %d already recorded"
              % (plan.table, plan.scale, len(plan.rows), plan.seeds,
                 plan.train_steps, ",".join(map(str, plan.eval_steps)),
                 len(runs), len(runs) - len(todo)))
+    if not train:
+      todo = []
     walls = []
     for i, run in enumerate(todo):
       record = self.execute(run)
