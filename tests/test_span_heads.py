@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import seqio
 
+from mtf_talking_heads import cli
 from mtf_talking_heads import data  # noqa: F401  (registers the tasks)
 from mtf_talking_heads import gin_text
 from mtf_talking_heads import sweep
@@ -68,6 +69,34 @@ def test_span_table_rows_and_objective():
     assert tiny.get("targets_length") >= (
         tasks.span_corruption_targets_length(tiny.get("inputs_length")))
   assert "span corruption" in sweep.table_caption("span_heads")
+
+
+def test_absolute_positions_fit_pre_training_and_fine_tuning(tmp_path,
+                                                             capsys):
+  """models/absolute_positions.gin on a span row: one position table (160)
+  for pre-training (128 inputs) and fine-tuning (160); the pre-flight of
+  both stages passes.  Without its fixed max_length the table would follow
+  inputs_length and the fine-tuning is refused before anything runs."""
+  argv = ["sweep", "--paper_table", "span_heads", "--rows", "1",
+          "--output_dir", str(tmp_path / "out"), "--finetune",
+          "--finetune_mixture", "th_finetune_lm_bytes", "--dry_run"]
+  config = gin_text.GinConfig(sweep.paper_table_rows("span_heads")[0].gin_files
+                              + ("models/absolute_positions.gin",))
+  assert config.binding("transformer.Unitransformer.positional_embedding")
+  assert config.binding("transformer.Unitransformer.max_length") == 160
+  assert cli.main(argv + ["--gin_file", "models/absolute_positions.gin"]) == 0
+  out, err = capsys.readouterr()
+  finetune, = [l for l in out.splitlines() if l.startswith("mtf_th finetune")]
+  assert "models/absolute_positions.gin" in finetune
+  assert "pre-flight of `mtf_th train` passed for all 1 rows" in err
+  assert "pre-flight of `mtf_th finetune` passed for all 1 rows" in err
+  assert cli.main(argv + ["--gin_param", "transformer.Unitransformer."
+                          "positional_embedding = True"]) == 2
+  err = capsys.readouterr().err
+  assert ("row 01_multi_head_8_16's position embedding table has 128 "
+          "positions in pre-training and 160 in fine-tuning" in err), err
+  assert "--gin_file models/absolute_positions.gin (160)" in err
+  assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow

@@ -76,6 +76,8 @@ _LABELS = {
     LEXICAL_MIXTURE: ("embedded misspelling F1 (not SQuAD)",
                       "embedded acceptability acc. (not MNLI-m)"),
 }
+_POSITIONS = "transformer.Unitransformer.positional_embedding"
+_TABLE = "transformer.Unitransformer.max_length"
 # Every task and mixture data/ builds from the embedded corpus is named th_*
 # (data/task_names.THIS_PACKAGE; a test keeps it so); the one th_* read from
 # TFDS is PAPER_MIXTURE.
@@ -180,6 +182,7 @@ class Finetune(object):
     for row in plan.rows:
       self._check_vocabulary(row)
       self.length_params(row)  # refuses a too short row before anything runs
+      self._check_position_table(row)
     if self.needs_data() and not data_dir:
       raise ValueError(
           "--finetune_mixture %s reads GLUE / SuperGLUE / SQuAD from TFDS: "
@@ -221,6 +224,24 @@ class Finetune(object):
           % (self.mixture, row.name, self._pretraining_mixture(row),
              "bytes" if pre_bytes else "SentencePiece",
              "ending" if pre_bytes else "not ending", BYTES_SUFFIX, wanted))
+
+  def _check_position_table(self, row):
+    """A fine-tuned model restores its pre-training's position embedding
+    table, so both stages must give it one size (it follows inputs_length
+    in models/encdec_small.gin: 128 in pre-training, 160 in fine-tuning)."""
+    if not self.plan.config(row).binding(_POSITIONS):
+      return
+    files, params = self.gin(row, 1)
+    sizes = [config.binding(_TABLE) for config in (
+        self.plan.config(row),
+        gin_reader.GinConfig(files, params, gin_dir=self.plan.gin_dir))]
+    if sizes[0] != sizes[1]:
+      raise ValueError(
+          "--finetune: row %s's position embedding table has %s positions "
+          "in pre-training and %s in fine-tuning (%s follows the sequence "
+          "length); the fine-tuning could not restore it: give both stages "
+          "one size, e.g. --gin_file models/absolute_positions.gin (160)"
+          % (row.name, sizes[0], sizes[1], _TABLE))
 
   def _decoder_only(self, row):
     return plan_model(self.plan, row) in DECODER_ONLY_MODELS
