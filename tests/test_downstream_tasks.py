@@ -138,3 +138,10 @@ def test_copy_task_is_its_inputs_in_bytes_without_the_network(monkeypatch):
       ex["targets_pretokenized"].decode() for i, ex in enumerate(examples)])
   assert best == {"sequence_accuracy": 100.0}
   assert half == {"sequence_accuracy": 50.0}
+  # th_copy128_bytes: the same at 128 bytes (184 validation examples)
+  assert len(downstream.examples(downstream.COPY128, "validation")) == 184
+  ex, = metrics.task_examples(seqio.get_mixture_or_task("th_copy128_bytes"),
+                              {"inputs": 129, "targets": 129}, "validation", 1)
+  text = ex["inputs_pretokenized"].decode()
+  assert len(text) == downstream.COPY128_BYTES == 128 and text == text.strip()
+  assert ex["targets"].tolist() == ex["inputs"].tolist()

@@ -89,6 +89,9 @@ A diagnostic task, bytes only (not in the mixtures):
                              metrics.sequence_accuracy).  An encoder-decoder
                              solves it only through its encoder-decoder
                              attention (docs/results.md, section 3b).
+  th_copy128_bytes           the same with COPY128_BYTES bytes: learnt in
+                             1000 steps only with absolute positions
+                             (models/absolute_positions.gin).
 
 Examples come from the embedded corpus's train and validation documents
 (corpus.py); a validation example whose inputs also occur in train (the
@@ -118,6 +121,7 @@ SPAN = "th_embedded_cloze"
 CONTINUATION = "th_embedded_continuation"
 NEXT_WORD = "th_embedded_next_word"
 COPY = "th_copy"
+COPY128 = "th_copy128"  # the same at COPY128_BYTES: a harder diagnostic
 ACCEPTABILITY = "th_embedded_acceptability"
 MISSPELLING = "th_embedded_misspelling"
 NLI = "th_embedded_nli"
@@ -151,6 +155,7 @@ MISSPELLING_MIN_LETTERS = 6
 NLI_PREMISE_WORDS = 8
 NLI_HYPOTHESIS_WORDS = 4
 COPY_BYTES = 32
+COPY128_BYTES = 128
 COPY_SLICES_PER_DOCUMENT = 4
 # Examples per split and task (the corpus has ~24k train documents).
 MAX_EXAMPLES = {"train": 20000, "validation": 400}
@@ -488,7 +493,8 @@ def copy_examples(documents, length=COPY_BYTES):
 _MAKERS = {CLASSIFICATION: entailment_examples, SPAN: cloze_examples,
            CONTINUATION: continuation_examples, NEXT_WORD: next_word_examples,
            COPY: copy_examples, ACCEPTABILITY: acceptability_examples,
-           MISSPELLING: misspelling_examples, NLI: nli_examples}
+           MISSPELLING: misspelling_examples, NLI: nli_examples,
+           COPY128: functools.partial(copy_examples, length=COPY128_BYTES)}
 _SPAN_TASKS = (SPAN, NEXT_WORD, MISSPELLING, MISSPELLING + LM_SUFFIX)
 _CACHE = {}
 
@@ -514,7 +520,7 @@ def examples(task, split):
   lm_views = tuple(t + LM_SUFFIX for t in LM_TASKS)
   if task not in _MAKERS and task not in lm_views:
     raise ValueError("task must be one of %s, got %r"
-                     % (TASKS + lm_views + (COPY,), task))
+                     % (TASKS + lm_views + (COPY, COPY128), task))
   key = (task, split)
   if task in lm_views and key not in _CACHE:
     base = task[:-len(LM_SUFFIX)]
@@ -597,8 +603,9 @@ def register():
       seqio.MixtureRegistry.remove(lm)
     seqio.MixtureRegistry.add(lm, [(t + LM_SUFFIX + suffix, _rate)
                                    for t in LM_TASKS])
-  _add(COPY + BYTES_SUFFIX, COPY, seqio.ByteVocabulary(),
-       [t5_metrics.sequence_accuracy], None)
+  for copy in (COPY, COPY128):
+    _add(copy + BYTES_SUFFIX, copy, seqio.ByteVocabulary(),
+         [t5_metrics.sequence_accuracy], None)
 
 
 register()

@@ -12,6 +12,7 @@ the real import: a task registered in data/ must be added to THIS_PACKAGE
 
 # Registered by this package's data modules.
 THIS_PACKAGE = (
+    "th_copy128_bytes",
     "th_copy_bytes",
     "th_embedded_acceptability",
     "th_embedded_acceptability_bytes",
