@@ -16,6 +16,8 @@ from mtf_talking_heads import data  # noqa: F401  (registers the tasks)
 from mtf_talking_heads import gin_text
 from mtf_talking_heads import sweep
 from mtf_talking_heads.data import tasks
+from mtf_talking_heads.sweep import finetune as finetune_lib
+from mtf_talking_heads.sweep import plan as plan_lib
 
 TASK = "th_span_corruption_bytes"
 
@@ -93,10 +95,65 @@ def test_absolute_positions_fit_pre_training_and_fine_tuning(tmp_path,
   assert cli.main(argv + ["--gin_param", "transformer.Unitransformer."
                           "positional_embedding = True"]) == 2
   err = capsys.readouterr().err
-  assert ("row 01_multi_head_8_16's position embedding table has 128 "
-          "positions in pre-training and 160 in fine-tuning" in err), err
+  assert ("row 01_multi_head_8_16's encoder position embedding table has "
+          "128 positions in pre-training and 160 in fine-tuning" in err), err
   assert "--gin_file models/absolute_positions.gin (160)" in err
   assert not (tmp_path / "out").exists()
+
+
+def _finetune_stage(table, params, files=(), scale="small"):
+  rows = sweep.paper_table_rows(table)[:1]
+  plan = plan_lib.Plan(rows, "/nonexistent", scale, gin_files=files,
+                       gin_params=params, table=table)
+  return finetune_lib.Finetune(plan, steps=4)
+
+
+@pytest.mark.parametrize("params, stack, sizes", [
+    # scoped to one stack: the encoder's table follows inputs_length
+    (["encoder/transformer.Unitransformer.positional_embedding = True"],
+     "encoder", (128, 160)),
+    (["decoder/transformer.Unitransformer.positional_embedding = True"],
+     "decoder", (128, 160)),
+    # one stack fixed, the other following inputs_length
+    (["transformer.Unitransformer.positional_embedding = True",
+      "encoder/transformer.Unitransformer.max_length = 160"],
+     "decoder", (128, 160)),
+])
+def test_position_table_check_reads_scoped_bindings(params, stack, sizes):
+  """The fine-tuning's pre-flight compares each stack's table as gin binds
+  it (scope first), before anything runs (no graph, no pre-flight)."""
+  with pytest.raises(ValueError, match=(
+      "row 01_multi_head_8_16's %s position embedding table has %d "
+      "positions in pre-training and %d in fine-tuning" % ((stack,) + sizes))):
+    _finetune_stage("span_heads", params)
+
+
+@pytest.mark.parametrize("table, params, files, scale", [
+    # both stacks fixed at 160 by scoped bindings: one size in both stages
+    ("span_heads", ["transformer.Unitransformer.positional_embedding = True",
+                    "encoder/transformer.Unitransformer.max_length = 160",
+                    "decoder/transformer.Unitransformer.max_length = 160"],
+     (), "small"),
+    # no absolute positions at all (T5's relative bias): nothing to restore
+    ("span_heads", [], (), "small"),
+    ("span_heads", [], ("models/absolute_positions.gin",), "tiny"),
+    # decoder-only rows
+    ("lm_heads", [], (), "small"),
+    ("lm_heads", [], (), "tiny"),
+])
+def test_position_table_check_accepts_one_size(table, params, files, scale):
+  stage = _finetune_stage(table, params, files, scale)
+  row = stage.plan.rows[0]
+  config = gin_text.GinConfig(*stage.gin(row, 1))
+  scopes = ("",) if table == "lm_heads" else ("encoder", "decoder")
+  for scope in scopes:
+    assert (finetune_lib.position_table(config, scope)
+            == finetune_lib.position_table(stage.plan.config(row), scope))
+  if table == "lm_heads":  # inputs + targets = the pre-training's length
+    length = {"small": 128, "tiny": 32}[scale]
+    assert stage.length_params(row)[:2] == ["inputs_length = %d"
+                                            % (length - 16),
+                                            "targets_length = 16"]
 
 
 @pytest.mark.slow

@@ -227,21 +227,26 @@ class Finetune(object):
 
   def _check_position_table(self, row):
     """A fine-tuned model restores its pre-training's position embedding
-    table, so both stages must give it one size (it follows inputs_length
-    in models/encdec_small.gin: 128 in pre-training, 160 in fine-tuning)."""
-    if not self.plan.config(row).binding(_POSITIONS):
-      return
+    tables, so both stages must give each stack's table one size (it follows
+    inputs_length in models/encdec_small.gin: 128 in pre-training, 160 in
+    fine-tuning).  Scoped bindings (encoder/..., decoder/...) count as
+    gin applies them."""
     files, params = self.gin(row, 1)
-    sizes = [config.binding(_TABLE) for config in (
-        self.plan.config(row),
-        gin_reader.GinConfig(files, params, gin_dir=self.plan.gin_dir))]
-    if sizes[0] != sizes[1]:
-      raise ValueError(
-          "--finetune: row %s's position embedding table has %s positions "
-          "in pre-training and %s in fine-tuning (%s follows the sequence "
-          "length); the fine-tuning could not restore it: give both stages "
-          "one size, e.g. --gin_file models/absolute_positions.gin (160)"
-          % (row.name, sizes[0], sizes[1], _TABLE))
+    finetuned = gin_reader.GinConfig(files, params, gin_dir=self.plan.gin_dir)
+    scopes = ("",) if self._decoder_only(row) else ("encoder", "decoder")
+    for scope in scopes:
+      sizes = [position_table(config, scope)
+               for config in (self.plan.config(row), finetuned)]
+      if sizes[0] != sizes[1]:
+        raise ValueError(
+            "--finetune: row %s's %sposition embedding table has %s "
+            "positions in pre-training and %s in fine-tuning (%s follows the "
+            "sequence length); the fine-tuning could not restore it: give "
+            "both stages one size, e.g. --gin_file "
+            "models/absolute_positions.gin (160)"
+            % (row.name, scope + " " if scope else "",
+               "no" if sizes[0] is None else sizes[0],
+               "no" if sizes[1] is None else sizes[1], _TABLE))
 
   def _decoder_only(self, row):
     return plan_model(self.plan, row) in DECODER_ONLY_MODELS
@@ -496,6 +501,29 @@ def downstream_markdown(plan):
       cells.append(cell)
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n" + downstream_comparison(plan)
+
+
+def _scoped_binding(config, name, scope):
+  """The binding gin applies inside config scope `scope` ("" for none)."""
+  if scope:
+    value = config.binding("%s/%s" % (scope, name))
+    if value is not None:
+      return value
+  return config.binding(name)
+
+
+def position_table(config, scope=""):
+  """The size of the learned position embedding table of the Unitransformer
+  in gin scope `scope` (encoder, decoder; "" for a decoder-only LM), or None
+  without one (positional_embedding False; mtf's default is True).
+
+  Example: models/encdec_small.gin -> None; with
+  models/absolute_positions.gin -> 160 in "encoder" and "decoder".
+  """
+  positional = _scoped_binding(config, _POSITIONS, scope)
+  if positional is not None and not positional:
+    return None
+  return _scoped_binding(config, _TABLE, scope)
 
 
 def needs_data(mixture):
