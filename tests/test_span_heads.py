@@ -137,9 +137,12 @@ def test_position_table_check_reads_scoped_bindings(params, stack, sizes):
     # no absolute positions at all (T5's relative bias): nothing to restore
     ("span_heads", [], (), "small"),
     ("span_heads", [], ("models/absolute_positions.gin",), "tiny"),
-    # decoder-only rows
+    # decoder-only rows keep their pre-training's table, whatever its size
     ("lm_heads", [], (), "small"),
     ("lm_heads", [], (), "tiny"),
+    ("lm_heads", [], ("models/absolute_positions.gin",), "small"),
+    ("lm_heads", ["transformer.Unitransformer.max_length = 256"], (),
+     "small"),
 ])
 def test_position_table_check_accepts_one_size(table, params, files, scale):
   stage = _finetune_stage(table, params, files, scale)

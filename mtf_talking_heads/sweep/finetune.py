@@ -277,7 +277,8 @@ class Finetune(object):
 
   def length_params(self, row):
     """A decoder-only row's sequence lengths: inputs + targets = the
-    pre-training's length P (its position embedding table), [] otherwise.
+    pre-training's length P, in the pre-training's position embedding table
+    (P positions unless the row binds max_length otherwise), [] otherwise.
 
     Example: lm_heads rows (P = 128) give inputs_length = 112,
     targets_length = 16, transformer.Unitransformer.max_length = 128.
@@ -294,9 +295,10 @@ class Finetune(object):
           "%d of the targets: pre-train it longer (--gin_param "
           "'targets_length = 128') or leave the row out of --rows"
           % (row.name, length, LM_TARGETS_LENGTH))
+    table = position_table(self.plan.config(row)) or length
     return ["inputs_length = %d" % (length - LM_TARGETS_LENGTH),
             "targets_length = %d" % LM_TARGETS_LENGTH,
-            "transformer.Unitransformer.max_length = %d" % length]
+            "%s = %d" % (_TABLE, table)]
 
   def vocabulary_params(self):
     return vocabulary_params(self.mixture)
