@@ -73,9 +73,8 @@ _LABELS = {
                        "embedded entailment acc. (not MNLI-m)"),
     LM_MIXTURE: ("embedded misspelling F1 (not SQuAD)",
                  "embedded acceptability acc. (not MNLI-m)"),
-    LEXICAL_MIXTURE: ("embedded misspelling F1 (not SQuAD)",
-                      "embedded acceptability acc. (not MNLI-m)"),
 }
+_LABELS[LEXICAL_MIXTURE] = _LABELS[LM_MIXTURE]  # the same two tasks
 _POSITIONS = "transformer.Unitransformer.positional_embedding"
 _TABLE = "transformer.Unitransformer.max_length"
 # Every task and mixture data/ builds from the embedded corpus is named th_*
@@ -204,7 +203,9 @@ class Finetune(object):
           "tasks' examples that fit); leave --finetune_mixture out to get it"
           % (self.mixture, row.name, wanted))
     mixture = self.mixture_for(row)
-    if needs_data(mixture) and pre_bytes:
+    if needs_data(mixture):  # t5's vocabulary for every stage
+      if not pre_bytes:
+        return
       raise ValueError(
           "--finetune_mixture %s: row %s was pre-trained on %s (bytes), but "
           "the sweep fine-tunes %s (read from TFDS) in t5's SentencePiece "
@@ -214,8 +215,6 @@ class Finetune(object):
           "(the T5 tables)"
           % (self.mixture, row.name, self._pretraining_mixture(row),
              self.mixture, wanted))
-    if needs_data(mixture):
-      return  # t5's vocabulary for every stage (vocabulary_params)
     if mixture.endswith(BYTES_SUFFIX) != pre_bytes:
       raise ValueError(
           "--finetune_mixture %s: row %s was pre-trained on %s (%s), so it "
