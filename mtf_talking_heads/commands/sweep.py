@@ -288,7 +288,8 @@ def _check_data(job):
   from mtf_talking_heads.training import errors  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.training import tfds_data  # pylint: disable=g-import-not-at-top
   try:
-    tfds_data.check_data(job.finetune.mixture, job.finetune.data_dir)
+    tfds_data.check_data(job.finetune.mixture, job.finetune.data_dir,
+                         name_flag="--finetune_mixture")
   except errors.ConfigError as e:
     print("%s: error: %s" % (PROG, e), file=sys.stderr)
     return 2
