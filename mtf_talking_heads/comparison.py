@@ -17,7 +17,9 @@ parameters) and, seed by seed, measures
                else at the variant's latest evaluated step whose loss
                multi-head reaches (the step is reported), else "not reached";
 
-then means and standard errors (sample std / sqrt(seeds)) over seeds.
+then means and standard errors (sample std / sqrt(seeds)) over seeds; and
+gap_by_step: the equal-steps Delta at every evaluated step, to show whether
+the gap grows or closes with training (comparison_steps.csv).
 Negative Delta = the variant is better.  Pure Python: no TensorFlow needed.
 
 Example (one seed; curves {step: ln_ppl}, 0.1 s/step vs 0.15 s/step):
@@ -44,6 +46,9 @@ TRAIN_LOG = "train_log.csv"
 EVAL_RESULTS = "eval_results.csv"
 COMPARISON_CSV = "comparison.csv"
 COMPARISON_MD = "comparison.md"
+# Δ at every evaluated step (does the gap grow or close with training?)
+GAP_CSV = "comparison_steps.csv"
+GAP_COLUMNS = ("row", "baseline", "heads", "step", "delta", "se", "seeds")
 # Optional, in the sweep's directory: step times measured side by side
 # (benchmarks/small_regime.py); they replace the runs' own for equal time.
 STEP_TIMES = "step_times.csv"
@@ -405,6 +410,58 @@ NOTE = (
     "count are not compared.\n")
 
 
+def gap_by_step(rows, seeds, model_dir_fn, finished=None):
+  """Equal-steps Δ at every step that both runs of a pair evaluated.
+
+  Args: as compare() (the runs' own curves; no step times needed).
+  Returns:
+    [dict] with the keys of GAP_COLUMNS, one per pair and step: Δ's mean
+    and standard error over the seeds that evaluated that step.
+  Example: seeds with Δ -0.1 and -0.2 at step 1000 give
+    dict(step=1000, delta=-0.15, se=0.05, seeds=2, ...).
+  """
+  out = []
+  for row, base in pairs(rows):
+    deltas = collections.defaultdict(list)
+    for seed in range(1, seeds + 1):
+      if finished is not None and not {(row.name, seed),
+                                       (base.name, seed)} <= finished:
+        continue
+      mine = read_curve(model_dir_fn(row, seed))
+      theirs = read_curve(model_dir_fn(base, seed))
+      if mine is None or theirs is None:
+        continue
+      for step in set(mine.steps) & set(theirs.steps):
+        deltas[step].append(mine.points[step] - theirs.points[step])
+    for step in sorted(deltas):
+      mean, se, n = mean_se(deltas[step])
+      out.append(dict(row=row.name, baseline=base.name, heads=row.heads,
+                      step=step, delta=mean, se=se, seeds=n))
+  return out
+
+
+def gap_markdown(gaps, labels):
+  """gap_by_step() as a table: one line per pair, one column per step."""
+  steps = sorted({g["step"] for g in gaps if g["step"] > 0})
+  if not steps:
+    return ""
+  seeds = max(g["seeds"] for g in gaps)
+  lines = ["| variant | heads | vs | %s |" % " | ".join(
+      "Δ step %d" % s for s in steps),
+           "|---|---:|---|%s" % ("---:|" * len(steps))]
+  by_pair = collections.OrderedDict()
+  for g in gaps:
+    by_pair.setdefault((g["row"], g["baseline"], g["heads"]), {})[
+        g["step"]] = g
+  for (row, base, heads), cells in by_pair.items():
+    lines.append("| %s | %d | %s | %s |" % (
+        labels.get(row, row), heads, base, " | ".join(
+            format_mean_se((cells[s]["delta"], cells[s]["se"],
+                            cells[s]["seeds"]), seeds=seeds)
+            if s in cells else "" for s in steps)))
+  return "\n".join(lines) + "\n"
+
+
 def write(output_dir, rows, seeds, model_dir_fn, labels, finished=None):
   """Writes comparison.csv and comparison.md; returns the summaries."""
   step_times = read_step_times(output_dir)
@@ -423,6 +480,16 @@ def write(output_dir, rows, seeds, model_dir_fn, labels, finished=None):
         "and no Adafactor; rows interleaved)" % STEP_TIMES if step_times
         else "each run's own median (runs that did not run side by side: on "
         "a shared machine they measure the load as much as the model)"))
+    gaps = gap_by_step(rows, seeds, model_dir_fn, finished)
+    if gaps:
+      f.write("\n## Δ ln(PPL) at each evaluated step\n\nEqual steps, "
+              "paired by seed, mean ± standard error (does the gap grow or "
+              "close with training?); every pair and step in `%s`.\n\n"
+              % GAP_CSV + gap_markdown(gaps, labels))
+  with open(os.path.join(output_dir, GAP_CSV), "w", newline="") as f:
+    writer = csv.DictWriter(f, GAP_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(gaps)
   return summaries
 
 

@@ -149,6 +149,23 @@ def test_compare_pairs_by_heads_and_seed(tmp_path):
                    {th.name: "talking-heads"})
   with open(tmp_path / comparison.COMPARISON_CSV) as f:
     assert len(list(csv.DictReader(f))) == 2
+  # the gap at every evaluated step (step 0 is not a comparison)
+  with open(tmp_path / comparison.GAP_CSV) as f:
+    gaps = list(csv.DictReader(f))
+  assert [(int(g["step"]), round(float(g["delta"]), 6),
+           round(float(g["se"]), 6), int(g["seeds"])) for g in gaps] == [
+               (500, -0.15, 0.05, 2), (1000, -0.15, 0.05, 2)]
+  md = (tmp_path / comparison.COMPARISON_MD).read_text()
+  assert ("| variant | heads | vs | Δ step 500 | Δ step 1000 |\n|---|---:|---|"
+          "---:|---:|\n| talking-heads | 8 | 02_multi_head_8_16 | -0.150 ± "
+          "0.050 | -0.150 ± 0.050 |") in md
+  # a seed that evaluated fewer steps is counted where it has them
+  _write_run(model_dir(th, 3), {500: 2.5}, 0.2)
+  _write_run(model_dir(mh, 3), {500: 2.6}, 0.1)
+  gaps = comparison.gap_by_step(rows, 3, model_dir)
+  assert [(g["step"], g["seeds"]) for g in gaps] == [(500, 3), (1000, 2)]
+  assert "| -0.150 ± 0.050 (n=2) |" in comparison.gap_markdown(
+      gaps, {th.name: "talking-heads"})
   png = comparison.plot_curves(rows, 2, model_dir, str(tmp_path / "c.png"))
   assert os.path.getsize(png) > 1000
   # the demo quotes a recorded sweep's comparison.csv
