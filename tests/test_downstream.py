@@ -346,12 +346,13 @@ def test_dry_run_of_a_decoder_only_row_fine_tunes_it_as_delimited_lm(
 @pytest.mark.parametrize("args, pattern", [
     (["--paper_table", "t5_heads", "--rows", "1", "--finetune",
       "--finetune_mixture", finetune_lib.PAPER_MIXTURE],
-     "give --data_dir gs://BUCKET/tensorflow_datasets"),
+     "th_finetune_squad_glue_superglue reads GLUE / SuperGLUE / SQuAD from "
+     "TFDS .* give --data_dir gs://BUCKET/tensorflow_datasets"),
     # any t5 mixture is read from TFDS, not only the paper's GLUE/SQuAD one
     (["--paper_table", "t5_heads", "--rows", "1", "--finetune",
       "--finetune_mixture", "cnn_dailymail_v002"],
-     "--finetune_mixture cnn_dailymail_v002 is read from TFDS .it is not one "
-     "of this package's th_\\* mixtures, .*: give --data_dir"),
+     "--finetune_mixture cnn_dailymail_v002 reads its data from TFDS .this "
+     "package's other th_\\* mixtures .*: give --data_dir"),
     (["--paper_table", "t5_heads", "--rows", "1", "--finetune",
       "--finetune_mixture", finetune_lib.PAPER_MIXTURE, "--data_dir",
       "{tmp}/none"], "reads 23 TFDS datasets that --data_dir={tmp}/none lacks"),

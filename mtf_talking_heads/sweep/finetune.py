@@ -184,10 +184,11 @@ class Finetune(object):
       self._check_position_table(row)
     if self.needs_data() and not data_dir:
       raise ValueError(
-          "--finetune_mixture %s is read from TFDS (it is not one of this "
-          "package's th_* mixtures, which are built from the embedded "
-          "corpus): give --data_dir gs://BUCKET/tensorflow_datasets "
-          "(prepared with `tfds build`)" % mixture)
+          "--finetune_mixture %s reads %s from TFDS (this package's other "
+          "th_* mixtures are built from the embedded corpus): give "
+          "--data_dir gs://BUCKET/tensorflow_datasets (prepared with "
+          "`tfds build`)" % (mixture, "GLUE / SuperGLUE / SQuAD"
+                             if mixture == PAPER_MIXTURE else "its data"))
     self.total_steps = plan.train_steps + self.default_steps()
 
   def _check_vocabulary(self, row):
