@@ -227,6 +227,29 @@ def _curve(row, seed, model_dir_fn, step_times):
   return curve
 
 
+def paired_curves(row, base, seeds, model_dir_fn, step_times=None,
+                  finished=None):
+  """(seed, row's Curve, base's Curve) for every seed both runs have.
+
+  Args:
+    row, base: a pair of sweep rows (pairs()).
+    seeds, model_dir_fn, finished: as compare().
+    step_times: {row name: seconds per step} for both rows, or None/{}:
+      the runs' own medians.
+  Yields:
+    (seed, Curve, Curve), skipping seeds whose runs are not both finished
+    and evaluated.
+  """
+  for seed in range(1, seeds + 1):
+    if finished is not None and not {(row.name, seed),
+                                     (base.name, seed)} <= finished:
+      continue
+    mine = _curve(row, seed, model_dir_fn, step_times or {})
+    theirs = _curve(base, seed, model_dir_fn, step_times or {})
+    if mine is not None and theirs is not None:
+      yield seed, mine, theirs
+
+
 def compare(rows, seeds, model_dir_fn, step_times=None, finished=None):
   """Per-seed comparisons of every (row, baseline) pair.
 
@@ -252,14 +275,8 @@ def compare(rows, seeds, model_dir_fn, step_times=None, finished=None):
     times = (step_times if row.name in step_times and base.name in step_times
              else {})
     runs = []
-    for seed in range(1, seeds + 1):
-      if finished is not None and not {(row.name, seed),
-                                       (base.name, seed)} <= finished:
-        continue
-      mine = _curve(row, seed, model_dir_fn, times)
-      theirs = _curve(base, seed, model_dir_fn, times)
-      if mine is None or theirs is None:
-        continue
+    for seed, mine, theirs in paired_curves(row, base, seeds, model_dir_fn,
+                                            times, finished):
       final = min(mine.final_step, theirs.final_step)
       if mine.at_step(final) is None or theirs.at_step(final) is None:
         continue
@@ -413,24 +430,21 @@ NOTE = (
 def gap_by_step(rows, seeds, model_dir_fn, finished=None):
   """Equal-steps Δ at every step that both runs of a pair evaluated.
 
-  Args: as compare() (the runs' own curves; no step times needed).
+  Args:
+    rows, seeds, model_dir_fn, finished: as compare().
   Returns:
     [dict] with the keys of GAP_COLUMNS, one per pair and step: Δ's mean
-    and standard error over the seeds that evaluated that step.
-  Example: seeds with Δ -0.1 and -0.2 at step 1000 give
-    dict(step=1000, delta=-0.15, se=0.05, seeds=2, ...).
+    and standard error over the seeds whose two runs evaluated that step.
+
+  Example (seed 1: Δ -0.1 at steps 500 and 1000; seed 2: -0.2 at 1000):
+    [dict(step=500, delta=-0.1, se=None, seeds=1, ...),
+     dict(step=1000, delta=-0.15, se=0.05, seeds=2, ...)]
   """
   out = []
   for row, base in pairs(rows):
     deltas = collections.defaultdict(list)
-    for seed in range(1, seeds + 1):
-      if finished is not None and not {(row.name, seed),
-                                       (base.name, seed)} <= finished:
-        continue
-      mine = read_curve(model_dir_fn(row, seed))
-      theirs = read_curve(model_dir_fn(base, seed))
-      if mine is None or theirs is None:
-        continue
+    for _, mine, theirs in paired_curves(row, base, seeds, model_dir_fn,
+                                         finished=finished):
       for step in set(mine.steps) & set(theirs.steps):
         deltas[step].append(mine.points[step] - theirs.points[step])
     for step in sorted(deltas):
@@ -441,31 +455,42 @@ def gap_by_step(rows, seeds, model_dir_fn, finished=None):
 
 
 def gap_markdown(gaps, labels):
-  """gap_by_step() as a table: one line per pair, one column per step."""
-  steps = sorted({g["step"] for g in gaps if g["step"] > 0})
-  if not steps:
-    return ""
-  seeds = max(g["seeds"] for g in gaps)
-  lines = ["| variant | heads | vs | %s |" % " | ".join(
-      "Δ step %d" % s for s in steps),
-           "|---|---:|---|%s" % ("---:|" * len(steps))]
+  """gap_by_step()'s records as a table: a line per pair, a column per step.
+
+  Args:
+    gaps: gap_by_step() output.
+    labels: {row name: label for tables}.
+  Returns:
+    The markdown table; a cell is "(n=k)"-marked when fewer seeds went into
+    it than into the pair's best-covered step; "" without gaps.
+
+  Example: | talking-heads | 8 | 02_multi_head_8_16 | -0.100 (n=1) |
+    -0.150 ± 0.050 |
+  """
+  steps = sorted({g["step"] for g in gaps})
   by_pair = collections.OrderedDict()
   for g in gaps:
     by_pair.setdefault((g["row"], g["baseline"], g["heads"]), {})[
         g["step"]] = g
+  lines = ["| variant | heads | vs | %s |" % " | ".join(
+      "Δ step %d" % s for s in steps),
+           "|---|---:|---|%s" % ("---:|" * len(steps))]
   for (row, base, heads), cells in by_pair.items():
+    seeds = max(c["seeds"] for c in cells.values())
     lines.append("| %s | %d | %s | %s |" % (
         labels.get(row, row), heads, base, " | ".join(
             format_mean_se((cells[s]["delta"], cells[s]["se"],
                             cells[s]["seeds"]), seeds=seeds)
             if s in cells else "" for s in steps)))
-  return "\n".join(lines) + "\n"
+  return "\n".join(lines) + "\n" if gaps else ""
 
 
 def write(output_dir, rows, seeds, model_dir_fn, labels, finished=None):
-  """Writes comparison.csv and comparison.md; returns the summaries."""
+  """Writes comparison.csv, comparison.md and comparison_steps.csv (GAP_CSV,
+  a header only when no pair has runs); returns the summaries."""
   step_times = read_step_times(output_dir)
   records = compare(rows, seeds, model_dir_fn, step_times, finished)
+  gaps = gap_by_step(rows, seeds, model_dir_fn, finished)
   with open(os.path.join(output_dir, COMPARISON_CSV), "w", newline="") as f:
     writer = csv.DictWriter(f, COLUMNS, lineterminator="\n")
     writer.writeheader()
@@ -480,7 +505,6 @@ def write(output_dir, rows, seeds, model_dir_fn, labels, finished=None):
         "and no Adafactor; rows interleaved)" % STEP_TIMES if step_times
         else "each run's own median (runs that did not run side by side: on "
         "a shared machine they measure the load as much as the model)"))
-    gaps = gap_by_step(rows, seeds, model_dir_fn, finished)
     if gaps:
       f.write("\n## Δ ln(PPL) at each evaluated step\n\nEqual steps, "
               "paired by seed, mean ± standard error (does the gap grow or "

@@ -724,3 +724,37 @@ def test_held_out_set_of_a_mixture_reads_every_example_once(seed):
   assert eos == sum(len(downstream.examples(t + downstream.LM_SUFFIX,
                                             "validation"))
                     for t in downstream.LM_TASKS)  # one EOS per example
+
+
+USER_TASKS = textwrap.dedent('''
+    import seqio
+    NAME = "user_mnli_for_sweep_test"
+    if NAME not in seqio.TaskRegistry.names():
+      seqio.TaskRegistry.add(
+          NAME, source=seqio.TfdsDataSource("glue/mnli:1.0.0"),
+          output_features={"targets": seqio.Feature(seqio.ByteVocabulary())})
+''')
+
+
+@pytest.mark.parametrize("module, pattern", [
+    # the mixture the gin file's import registers is found, then its data
+    ("user_tasks_for_sweep_test", "user_mnli_for_sweep_test reads 1 TFDS "
+     "datasets that --data_dir={tmp}/none lacks .glue/mnli:1.0.0."),
+    ("no_such_module_for_sweep_test", "--gin_file imports "
+     "no_such_module_for_sweep_test: No module named"),
+])
+def test_sweep_finds_the_mixture_a_gin_import_registers(
+    module, pattern, tmp_path, capsys, monkeypatch):
+  (tmp_path / "user_tasks_for_sweep_test.py").write_text(USER_TASKS)
+  monkeypatch.syspath_prepend(str(tmp_path))
+  (tmp_path / "tasks.gin").write_text("import %s\n" % module)
+  code = cli.main([
+      "sweep", "--paper_table", "t5_heads", "--rows", "1", "--finetune",
+      "--finetune_mixture", "user_mnli_for_sweep_test", "--data_dir",
+      str(tmp_path / "none"), "--gin_file", str(tmp_path / "tasks.gin"),
+      "--output_dir", str(tmp_path / "out")])
+  _, err = capsys.readouterr()
+  assert code == 2
+  assert len(err.strip().splitlines()) == 1, err
+  assert re.search(pattern.replace("{tmp}", str(tmp_path)), err), err
+  assert not (tmp_path / "out").exists()

@@ -159,13 +159,22 @@ def test_compare_pairs_by_heads_and_seed(tmp_path):
   assert ("| variant | heads | vs | Δ step 500 | Δ step 1000 |\n|---|---:|---|"
           "---:|---:|\n| talking-heads | 8 | 02_multi_head_8_16 | -0.150 ± "
           "0.050 | -0.150 ± 0.050 |") in md
-  # a seed that evaluated fewer steps is counted where it has them
-  _write_run(model_dir(th, 3), {500: 2.5}, 0.2)
+  # a seed that evaluated fewer steps is counted where it has them; a step
+  # only one run of the pair evaluated is not a comparison
+  _write_run(model_dir(th, 3), {500: 2.3, 750: 2.2}, 0.2)
   _write_run(model_dir(mh, 3), {500: 2.6}, 0.1)
   gaps = comparison.gap_by_step(rows, 3, model_dir)
   assert [(g["step"], g["seeds"]) for g in gaps] == [(500, 3), (1000, 2)]
-  assert "| -0.150 ± 0.050 (n=2) |" in comparison.gap_markdown(
-      gaps, {th.name: "talking-heads"})
+  assert gaps[0]["delta"] == pytest.approx((-0.1 - 0.2 - 0.3) / 3)
+  assert "| -0.200 ± 0.058 | -0.150 ± 0.050 (n=2) |" in (
+      comparison.gap_markdown(gaps, {th.name: "talking-heads"}))
+  # only finished runs count (results.csv); no pairs: no table
+  finished = {(mh.name, 1), (th.name, 1), (mh.name, 2)}
+  assert [(g["step"], round(g["delta"], 6), g["seeds"]) for g in
+          comparison.gap_by_step(rows, 3, model_dir, finished)] == [
+              (500, -0.1, 1), (1000, -0.1, 1)]
+  assert comparison.gap_by_step([mh], 3, model_dir) == []
+  assert comparison.gap_markdown([], {}) == ""
   png = comparison.plot_curves(rows, 2, model_dir, str(tmp_path / "c.png"))
   assert os.path.getsize(png) > 1000
   # the demo quotes a recorded sweep's comparison.csv

@@ -287,6 +287,16 @@ def _check_data(job):
   from mtf_talking_heads import data  # pylint: disable=g-import-not-at-top,unused-import
   from mtf_talking_heads.training import errors  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.training import tfds_data  # pylint: disable=g-import-not-at-top
+  import importlib  # pylint: disable=g-import-not-at-top
+  try:
+    # a gin `import my_tasks` registers the user's mixture, as in training
+    for module in sorted({m for row in job.rows
+                          for m in job.config(row).imports}):
+      importlib.import_module(module)
+  except ImportError as e:
+    print("%s: error: --gin_file imports %s: %s" % (PROG, module, e),
+          file=sys.stderr)
+    return 2
   try:
     tfds_data.check_data(job.finetune.mixture, job.finetune.data_dir,
                          name_flag="--finetune_mixture")
