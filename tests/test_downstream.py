@@ -446,7 +446,8 @@ FAKE = textwrap.dedent('''
         out.write("step,loss,steps_per_sec,elapsed_sec\\n")
         for s in range(1, int(a.train_steps) + 1):
           out.write("%d,1.0,100,%.2f\\n" % (s, s / 100.0))
-      open(os.path.join(a.model_dir, "model.ckpt-%s.index" % a.train_steps), "w")
+      for suffix in ("index", "data-00000-of-00001"):
+        open(os.path.join(a.model_dir, "model.ckpt-%s.%s" % (a.train_steps, suffix)), "w")
     elif cmd == "finetune":
       step = int(a.checkpoint_step) + int(a.finetune_steps)
       with open(os.path.join(a.model_dir, "checkpoint"), "w") as out:
@@ -540,6 +541,40 @@ def test_stage_fills_the_columns_and_resumes_by_stage(tmp_path, fake,
   # Other fine-tuning settings in the same output_dir are refused.
   with pytest.raises(ValueError, match="finetune differ"):
     _sweep(out, launcher, {"steps": 11}).run()
+
+
+def test_run_whose_pretraining_checkpoint_is_gone_is_trained_again(
+    tmp_path, fake):
+  """On another machine a recorded, not fine-tuned run has its small files
+  but no checkpoints: fine-tuning could not start, so the sweep says so,
+  trains that run again and records it once; the others only fine-tune."""
+  launcher, calls = fake
+  out = tmp_path / "sweep"
+  _sweep(out, launcher, None).run()  # pre-training only
+  seed_2 = out / "runs" / "07_talking_heads_24_32" / "seed_2"
+  for ckpt in seed_2.glob("model.ckpt-*"):
+    ckpt.unlink()  # a commit carried only its small files here
+  (seed_2 / "finetune").mkdir()  # and a fine-tuning that cannot resume
+  calls.write_text("")
+  log = tmp_path / "log.txt"
+  job = _sweep(out, launcher, {"steps": 10})
+  job.runner.log = open(log, "w")
+  job.run()
+  assert _calls(calls) == [["train", "2"], ["eval", "2"],
+                           ["finetune", "2/finetune"],
+                           ["eval", "--metrics", "2/finetune"],
+                           ["finetune", "1/finetune"],
+                           ["eval", "--metrics", "1/finetune"]]
+  said = log.read_text()
+  assert ("07_talking_heads_24_32 seed 2: pre-training is recorded but not "
+          "its fine-tuning, and the checkpoint fine-tuning starts from "
+          "(step 200 in %s) is gone: the run is trained again" % seed_2
+          in said), said
+  assert "2 runs, 1 already recorded" in said
+  with open(out / "results.csv") as f:
+    records = list(csv.DictReader(f))
+  assert sorted((r["seed"], r["finetune_step"]) for r in records) == [
+      ("1", "210"), ("2", "210")]
 
 
 def test_downstream_md_compares_each_variant_with_multi_head_by_seed(

@@ -35,6 +35,7 @@ import os
 
 from mtf_talking_heads import comparison
 from mtf_talking_heads import gin_text as gin_reader
+from mtf_talking_heads.sweep import lazy
 from mtf_talking_heads.sweep import results
 from mtf_talking_heads.sweep import rows as rows_lib
 
@@ -366,6 +367,15 @@ class Finetune(object):
     if latest_checkpoint_step(ft_dir) == self.total_steps:
       return "finetuned"
     return "todo"
+
+  def cannot_start(self, row, seed):
+    """True when the stage has to run `mtf_th finetune` ("todo") but the
+    pre-training checkpoint it starts from (step train_steps) is gone: a
+    commit carries a run's small files, not its checkpoints, to another
+    machine."""
+    return (self.stage_state(row, seed) == "todo"
+            and self.plan.train_steps not in lazy.checkpoints.checkpoint_steps(
+                self.plan.model_dir(row, seed)))
 
   def record(self, row, seed):
     """The stage's results.csv cells (COLUMNS) from downstream_results.csv."""

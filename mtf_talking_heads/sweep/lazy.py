@@ -1,7 +1,8 @@
 """Modules the sweep imports at first use, not at import time.
 
-progress.py imports TensorFlow; `mtf_th sweep --list_paper_tables` and the
-plan of `--dry_run` must not pay for it.  Owns LazyModule and `progress`.
+progress.py and training/checkpoints.py import TensorFlow; `mtf_th sweep
+--list_paper_tables` and the plan of `--dry_run` must not pay for it.  Owns
+LazyModule, `progress` and `checkpoints`.
 """
 import importlib
 
@@ -22,3 +23,4 @@ class LazyModule(object):
 
 
 progress = LazyModule("mtf_talking_heads.progress")
+checkpoints = LazyModule("mtf_talking_heads.training.checkpoints")

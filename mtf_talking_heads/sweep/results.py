@@ -59,10 +59,25 @@ def update_result(output_dir, row, seed, values):
   path = results_path(output_dir)
   with open(path) as f:
     records = list(csv.DictReader(f))
-  columns = RESULT_COLUMNS + FINETUNE_COLUMNS
   for record in records:
     if record["row"] == row and int(record["seed"]) == seed:
       record.update(values)
+  _rewrite(path, records)
+
+
+def remove_result(output_dir, row, seed):
+  """Drops the line of (row, seed) from results.csv (rewritten, renamed)."""
+  path = results_path(output_dir)
+  with open(path) as f:
+    records = [r for r in csv.DictReader(f)
+               if not (r["row"] == row and int(r["seed"]) == seed)]
+  _rewrite(path, records)
+
+
+def _rewrite(path, records):
+  """Writes records under RESULT_COLUMNS + FINETUNE_COLUMNS: a temporary
+  file, synced, then renamed over `path` (never half-written)."""
+  columns = RESULT_COLUMNS + FINETUNE_COLUMNS
   with open(path + ".tmp", "w", newline="") as f:
     writer = csv.writer(f, lineterminator="\n")
     writer.writerow(columns)

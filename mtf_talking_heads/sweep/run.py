@@ -287,6 +287,8 @@ class Runner(object):
     self.check_manifest()
     runs = plan.runs()
     done = results.read_results(plan.output_dir)
+    if plan.finetune and train:
+      done = self._requeue(runs, done)
     todo = [r for r in runs if (r.row.name, r.seed) not in done]
     self.say("sweep %s (%s scale, %d rows x %d seeds, %d steps, ln(PPL) at "
              "%s): %d runs, %d already recorded"
@@ -325,6 +327,30 @@ class Runner(object):
         + report.PLOTS + (report.CURVES_PLOT,)))
     return self.reporter.summary()
 
+
+  def _requeue(self, runs, done):
+    """Puts back in the to-do list each recorded run whose fine-tuning
+    cannot start (Finetune.cannot_start: not fine-tuned, and the
+    pre-training checkpoint it starts from is gone, e.g. on another
+    machine); says so.  Its results.csv line and any finetune/ directory
+    are dropped (execute() starts it over and records it anew).
+
+    Returns:
+      results.csv's records after the drops ({(row name, seed): record}).
+    """
+    stage = self.plan.finetune
+    lost = [r for r in runs if (r.row.name, r.seed) in done
+            and not done[(r.row.name, r.seed)].get("finetune_step")
+            and stage.cannot_start(r.row, r.seed)]
+    for run in lost:
+      self.say("%s seed %d: pre-training is recorded but not its "
+               "fine-tuning, and the checkpoint fine-tuning starts from "
+               "(step %d in %s) is gone: the run is trained again"
+               % (run.row.name, run.seed, self.plan.train_steps,
+                  run.model_dir))
+      shutil.rmtree(stage.model_dir(run.row, run.seed), ignore_errors=True)
+      results.remove_result(self.plan.output_dir, run.row.name, run.seed)
+    return results.read_results(self.plan.output_dir) if lost else done
 
   def _finetune_and_record(self, run):
     """Fine-tunes and scores one run; fills its results.csv cells."""
