@@ -113,3 +113,22 @@ def wait_until(ready, proc, timeout=600, poll_secs=0.2):
     assert proc.poll() is None, proc.communicate()
     assert time.time() < deadline, "not ready after %d s" % timeout
     time.sleep(poll_secs)
+
+
+_LOCK_HOLDER = """
+import sys, time
+sys.argv = ["mtf_th", "train", "--model_dir", sys.argv[1]]
+from mtf_talking_heads import dir_lock
+dir_lock.acquire(sys.argv[3], "--model_dir")
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def lock_holder(model_dir):
+  """A real process holding model_dir's lock (as `mtf_th train` would);
+  kill() and wait() it when done."""
+  proc = subprocess.Popen([sys.executable, "-c", _LOCK_HOLDER, model_dir],
+                          env=env(), stdout=subprocess.PIPE, text=True)
+  assert proc.stdout.readline().strip() == "held"
+  return proc

@@ -27,29 +27,10 @@ from mtf_talking_heads.commands import train as train_command
 T5 = ["--gin_file", "experiments/t5_heads/07_talking_heads_24_32.gin",
       "--gin_file", "models/t5_tiny.gin"]
 
-_HOLDER = """
-import sys, time
-sys.argv = ["mtf_th", "train", "--model_dir", sys.argv[1]]
-from mtf_talking_heads import dir_lock
-dir_lock.acquire(sys.argv[3], "--model_dir")
-print("held", flush=True)
-time.sleep(600)
-"""
-
-
-def _holder(model_dir):
-  """A real process holding model_dir's lock (as `mtf_th train` would)."""
-  proc = subprocess.Popen([sys.executable, "-c", _HOLDER, model_dir],
-                          env=_cli_util.env(), stdout=subprocess.PIPE,
-                          text=True)
-  assert proc.stdout.readline().strip() == "held"
-  return proc
-
-
 def test_second_writer_is_refused_before_tensorflow(tmp_path):
   model_dir = str(tmp_path / "run")
   os.makedirs(model_dir)
-  holder = _holder(model_dir)
+  holder = _cli_util.lock_holder(model_dir)
   lock = os.path.join(model_dir, dir_lock.LOCK_FILE)
   before = (os.listdir(model_dir), open(lock).read())  # (mtime: heartbeat)
   try:
@@ -83,7 +64,7 @@ def test_second_writer_is_refused_before_tensorflow(tmp_path):
 def test_stale_lock_of_a_killed_writer_is_taken_over(tmp_path):
   model_dir = str(tmp_path / "run")
   os.makedirs(model_dir)
-  holder = _holder(model_dir)
+  holder = _cli_util.lock_holder(model_dir)
   holder.send_signal(signal.SIGKILL)
   holder.wait()
   lock = os.path.join(model_dir, dir_lock.LOCK_FILE)
@@ -133,7 +114,7 @@ def test_another_hosts_lock_until_its_heartbeat_is_stale(tmp_path, capsys):
 def test_not_in_use_is_a_usage_error(tmp_path):
   model_dir = str(tmp_path / "run")
   os.makedirs(model_dir)
-  holder = _holder(model_dir)
+  holder = _cli_util.lock_holder(model_dir)
   try:
     with pytest.raises(prechecks.commands.UsageError, match="in use by PID"):
       prechecks.not_in_use(model_dir, "--model_dir")

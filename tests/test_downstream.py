@@ -15,6 +15,7 @@ import seqio
 import t5.data
 from t5.evaluation import qa_utils
 
+import _cli_util
 from mtf_talking_heads import cli
 from mtf_talking_heads import data  # noqa: F401  (registers the tasks)
 from mtf_talking_heads import sweep
@@ -547,17 +548,37 @@ def test_run_whose_pretraining_checkpoint_is_gone_is_trained_again(
     tmp_path, fake):
   """On another machine a recorded, not fine-tuned run has its small files
   but no checkpoints: fine-tuning could not start, so the sweep says so,
-  trains that run again and records it once; the others only fine-tune."""
+  trains that run again (its stale finetune/ gone) and records it once;
+  the others only fine-tune, a scored run is left alone, and --report and
+  other rows' lines change nothing."""
   launcher, calls = fake
   out = tmp_path / "sweep"
   _sweep(out, launcher, None).run()  # pre-training only
   seed_2 = out / "runs" / "07_talking_heads_24_32" / "seed_2"
   for ckpt in seed_2.glob("model.ckpt-*"):
     ckpt.unlink()  # a commit carried only its small files here
-  (seed_2 / "finetune").mkdir()  # and a fine-tuning that cannot resume
+  stale = seed_2 / "finetune"  # a fine-tuning that cannot resume
+  stale.mkdir()
+  (stale / "train_log.csv").write_text("step,loss\n205,0.5\n")
+  (stale / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-205"\n')
+  csv_path = out / "results.csv"
+  lines = csv_path.read_text().splitlines()
+  other = lines[1].replace("07_talking_heads_24_32", "99_other_row")
+  csv_path.write_text("\n".join(lines + [other]) + "\n")
+  before = csv_path.read_text()
+  job = _sweep(out, launcher, {"steps": 10})
+  job.run(train=False)  # --report: nothing is dropped
+  assert csv_path.read_text() == before
+  holder = _cli_util.lock_holder(str(stale))  # a finetune by hand
+  try:
+    with pytest.raises(ValueError, match="finetune is in use by"):
+      job.run()
+  finally:
+    holder.kill()
+    holder.wait()
+  assert csv_path.read_text() == before
   calls.write_text("")
   log = tmp_path / "log.txt"
-  job = _sweep(out, launcher, {"steps": 10})
   job.runner.log = open(log, "w")
   job.run()
   assert _calls(calls) == [["train", "2"], ["eval", "2"],
@@ -570,11 +591,22 @@ def test_run_whose_pretraining_checkpoint_is_gone_is_trained_again(
           "its fine-tuning, and the checkpoint fine-tuning starts from "
           "(step 200 in %s) is gone: the run is trained again" % seed_2
           in said), said
+  assert "seed 1: pre-training is recorded" not in said
   assert "2 runs, 1 already recorded" in said
-  with open(out / "results.csv") as f:
+  assert not (stale / "train_log.csv").exists()
+  with open(csv_path) as f:
     records = list(csv.DictReader(f))
-  assert sorted((r["seed"], r["finetune_step"]) for r in records) == [
-      ("1", "210"), ("2", "210")]
+  assert sorted((r["row"], r["seed"], r["finetune_step"])
+                for r in records) == [
+                    ("07_talking_heads_24_32", "1", "210"),
+                    ("07_talking_heads_24_32", "2", "210"),
+                    ("99_other_row", "1", "")]
+  # Both runs scored, then moved without checkpoints: nothing runs again.
+  for ckpt in (out / "runs").glob("*/seed_*/model.ckpt-*"):
+    ckpt.unlink()
+  calls.write_text("")
+  _sweep(out, launcher, {"steps": 10}).run()
+  assert calls.read_text() == ""
 
 
 def test_downstream_md_compares_each_variant_with_multi_head_by_seed(

@@ -343,6 +343,10 @@ class Runner(object):
             and not done[(r.row.name, r.seed)].get("finetune_step")
             and stage.cannot_start(r.row, r.seed)]
     for run in lost:
+      busy = dir_lock.refusal(stage.model_dir(run.row, run.seed),
+                              "--model_dir")
+      if busy:  # e.g. a `mtf_th finetune` started by hand into this run
+        raise ValueError(busy)
       self.say("%s seed %d: pre-training is recorded but not its "
                "fine-tuning, and the checkpoint fine-tuning starts from "
                "(step %d in %s) is gone: the run is trained again"
