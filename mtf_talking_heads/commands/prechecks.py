@@ -288,8 +288,9 @@ def _registers_no_more(gin_files):
 
 OWN_TASK = ("a task of your own: give the module that registers it with "
             "--module_import")
-# mtf_th sweep has no --module_import, and its TFDS check (commands/sweep.py
-# _check_data) knows only the tasks mtf_talking_heads.data registers.
+# mtf_th sweep has no --module_import: a task of the user's is registered by
+# a gin `import` in a row's gin files (commands/sweep.py _check_data imports
+# them before its TFDS check), and this names what is registered without one.
 SWEEP_TASKS = ("mtf_th sweep fine-tunes on the tasks and mixtures this "
                "package and t5 register")
 
