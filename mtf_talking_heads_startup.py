@@ -89,10 +89,10 @@ def load_compat():
 
 
 def mtf_th():
-  """The `mtf_th` console script (mtf_talking_heads.cli.main, light import)."""
+  """The `mtf_th` console script (mtf_talking_heads.cli.console, light import)."""
   global LIGHT_PACKAGE_IMPORT
   LIGHT_PACKAGE_IMPORT = True
   uninstall()
   load_compat()
   from mtf_talking_heads import cli  # pylint: disable=g-import-not-at-top
-  return cli.main()
+  return cli.console()

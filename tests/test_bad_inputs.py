@@ -11,7 +11,9 @@ shapes, launch/tpu.py's pre-flight, a --module_import's tasks) run in one
 subprocess that calls each command's main().  The layout-typo cases are
 tests/test_layout_refusals.py's.  Ctrl-C during `mtf_th sweep` and
 `mtf_th demo` is tested with SIGINT sent to the real processes while
-their child run is under way (slow).
+their child run is under way, and a sweep also with a terminal's Ctrl-C
+(SIGINT to its process group) and with `kill PID` (SIGTERM) in the
+background (slow).
 """
 import glob
 import json
@@ -537,34 +539,53 @@ def _holds_the_lock(model_dir):
   return os.path.exists(os.path.join(model_dir, "mtf_th.lock"))
 
 
-def _ctrl_c(argv, cwd, ready):
-  """Starts `mtf_th ARGV`, SIGINT once ready(); its stderr."""
-  # SIGINT's default action back (a shell without job control, e.g. a
-  # `make test &`, starts its background commands with SIGINT ignored, and
-  # Python then installs no KeyboardInterrupt handler)
-  proc = _cli_util.start(argv, cwd=cwd, preexec_fn=lambda: signal.signal(
-      signal.SIGINT, signal.SIG_DFL))
+# How a user stops a command: (signal, sent to the process group -- as a
+# terminal's Ctrl-C is -- or to the command alone, SIGINT ignored -- as in a
+# background command of a shell without job control --, the command's exit
+# status, its run's status).  A sweep passes the stop on to its run as
+# SIGTERM, which a run ignores once it is stopping.
+STOPS = {
+    "kill_INT": (signal.SIGINT, False, False, 130, 143),
+    "terminal_ctrl_c": (signal.SIGINT, True, False, 130, 130),
+    "kill_background": (signal.SIGTERM, False, True, 143, 143),
+}
+
+
+def _ctrl_c(argv, cwd, ready, stop="kill_INT"):
+  """Starts `mtf_th ARGV` in a new session, stops it as STOPS[stop] says
+  once ready(); its stderr."""
+  sig, group, sigint_ignored, status, _ = STOPS[stop]
+  # SIGINT's disposition set either way (a shell without job control, e.g.
+  # a `make test &`, starts its background commands with SIGINT ignored)
+  proc = _cli_util.start(argv, cwd=cwd, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(
+                             signal.SIGINT, signal.SIG_IGN if sigint_ignored
+                             else signal.SIG_DFL))
   try:
     _cli_util.wait_until(ready, proc, timeout=900, poll_secs=0.1)
-    proc.send_signal(signal.SIGINT)
+    if group:
+      os.killpg(proc.pid, sig)
+    else:
+      proc.send_signal(sig)
     _, err = proc.communicate(timeout=300)
   finally:  # a failed wait leaves no sweep (nor, through it, a run) behind
     if proc.poll() is None:
       proc.kill()
       proc.wait()
-  assert proc.returncode == 130, err
+  assert proc.returncode == status, err
   return err
 
 
-def _assert_nothing_half_written(output_dir, model_dir, mid_run):
+def _assert_nothing_half_written(output_dir, model_dir, mid_run,
+                                 stop="kill_INT"):
   """The interrupted run: its own Ctrl-C line, whole CSV rows, every
   checkpoint the `checkpoint` file lists complete (and, `mid_run`, at least
   one), no temporary or lock file, and no run recorded in results.csv."""
   with open(os.path.join(model_dir, "sweep.log")) as f:
     text = f.read()
-  # the sweep waited for the run, which stopped on SIGINT with its own line
-  assert text.endswith("# interrupted: the command stopped on SIGINT (exit "
-                       "status 130)\n"), text[-500:]
+  # the sweep waited for the run, which stopped with its own line
+  assert text.endswith("# interrupted: the command was sent SIGTERM and "
+                       "exited (status %d)\n" % STOPS[stop][-1]), text[-500:]
   assert "mtf_th train: interrupted" in text
   log = os.path.join(model_dir, "train_log.csv")
   if mid_run or os.path.exists(log):
@@ -594,18 +615,20 @@ def _assert_nothing_half_written(output_dir, model_dir, mid_run):
 
 
 @pytest.mark.slow
-def test_ctrl_c_in_sweep_is_one_line_and_130(tmp_path):
+@pytest.mark.parametrize("stop", sorted(STOPS))
+def test_stopped_sweep_says_one_line_and_130_or_143(tmp_path, stop):
   out_dir = str(tmp_path / "sweep")
   argv = ["sweep", "--paper_table", "lm_heads", "--rows", "5"] + LONG + [
       "--eval_steps", "50000,100000", "--output_dir", out_dir]
   model_dir = os.path.join(out_dir, "runs", "05_talking_heads_4_32", "seed_1")
-  err = _ctrl_c(argv, str(tmp_path), lambda: _saved_a_checkpoint(model_dir))
+  err = _ctrl_c(argv, str(tmp_path), lambda: _saved_a_checkpoint(model_dir),
+                stop)
   lines = err.splitlines()
   assert len(lines) == 1, err
   assert lines[0].startswith("mtf_th sweep: interrupted; 0 of 1 runs are "
                              "recorded in ")
   assert lines[0].endswith("resume with: mtf_th " + " ".join(argv))
-  _assert_nothing_half_written(out_dir, model_dir, mid_run=True)
+  _assert_nothing_half_written(out_dir, model_dir, mid_run=True, stop=stop)
 
 
 @pytest.mark.slow

@@ -36,16 +36,6 @@ def default_launcher():
   return [sys.executable, "-m", "mtf_talking_heads.cli"]
 
 
-def _interrupt_with_this_process():
-  """In a run's command before exec: SIGINT (what Ctrl-C sends; the command
-  saves nothing half-written and exits) when the sweep dies without passing
-  it on (SIGKILL, a broken pipe).  SIGINT's default action comes back
-  first: a shell without job control starts background commands with
-  SIGINT ignored, and the command would then ignore this one too."""
-  signal.signal(signal.SIGINT, signal.SIG_DFL)
-  cluster.die_with_parent(signal.SIGINT)
-
-
 class Runner(object):
   """Trains and evaluates the runs of a Plan that results.csv lacks.
 
@@ -159,7 +149,7 @@ class Runner(object):
         began = time.time()
         try:  # an interrupted piece's time counts too (Ctrl-C, SIGTERM)
           proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                  preexec_fn=_interrupt_with_this_process)
+                                  preexec_fn=cluster.die_with_parent)
           code = self._watch(proc, run, model_dir, log, last_step)
         finally:
           write_run_time(model_dir, spent, time.time() - start,
@@ -180,10 +170,12 @@ class Runner(object):
     Says a line for every new evaluation in the run's eval_results.csv and,
     while it trains, one every PROGRESS_EVERY_SECS with its step, loss,
     steps/s and its own ETA (its steps left to `last_step` at its recent
-    rate: the pre-training's train_steps, or a fine-tuning's last step).  On Ctrl-C
-    the command gets SIGINT (it saves nothing half-written and exits) and,
-    if it has not exited after INTERRUPT_GRACE_SECS, SIGKILL; the run's
-    `log` gets a line saying which, with the command's exit status.
+    rate: the pre-training's train_steps, or a fine-tuning's last step).  On
+    Ctrl-C or SIGTERM (cli._stop) the command gets SIGTERM (it saves nothing
+    half-written and exits; its SIGINT may be ignored, as in a background
+    sweep) and, if it has not exited after INTERRUPT_GRACE_SECS, SIGKILL;
+    the run's `log` gets a line saying which, with the command's status.
+    The command also gets SIGTERM if the sweep dies first (SIGKILL).
     """
     seen = set(_eval_rows(model_dir))
     last = time.time()
@@ -208,16 +200,16 @@ class Runner(object):
     except KeyboardInterrupt:
       how = "had exited"
       if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        how = "stopped on SIGINT"
+        proc.send_signal(signal.SIGTERM)  # its SIGINT may be ignored
+        how = "was sent SIGTERM and exited"
         try:
           proc.wait(timeout=INTERRUPT_GRACE_SECS)
         except subprocess.TimeoutExpired:
           proc.kill()
           proc.wait()
-          how = "SIGKILLed: still running %d s after SIGINT" % (
+          how = "was SIGKILLed: still running %d s after SIGTERM" % (
               INTERRUPT_GRACE_SECS)
-      log.write("# interrupted: the command %s (exit status %d)\n"
+      log.write("# interrupted: the command %s (status %d)\n"
                 % (how, proc.returncode))
       raise
 
