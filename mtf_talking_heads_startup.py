@@ -89,7 +89,7 @@ def load_compat():
 
 
 def mtf_th():
-  """The `mtf_th` console script (mtf_talking_heads.cli.console, light import)."""
+  """The `mtf_th` console script: cli.console() after a light import."""
   global LIGHT_PACKAGE_IMPORT
   LIGHT_PACKAGE_IMPORT = True
   uninstall()

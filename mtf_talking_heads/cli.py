@@ -41,27 +41,48 @@ class Terminated(KeyboardInterrupt):
   """SIGTERM (`kill PID`) in a command: it stops as on Ctrl-C."""
 
 
-_stopped_by = []  # the signal this process is stopping on, once one came
+_stop_signal = None  # the SIGINT or SIGTERM this process is stopping on
 
 
 def _stop(signum, unused_frame):
-  """The first SIGINT or SIGTERM: both are ignored from now on, so the
-  clean stop is not cut short (a terminal's Ctrl-C reaches a sweep's run
-  twice: from the terminal and passed on by the sweep), then it raises."""
-  _stopped_by.append(signum)
-  for sig in (signal.SIGINT, signal.SIGTERM):
-    if signal.getsignal(sig) is _stop:
-      signal.signal(sig, signal.SIG_IGN)
+  """Handles the first SIGINT or SIGTERM: the command stops as on Ctrl-C.
+
+  The second is ignored, so the clean stop is not cut short (a terminal's
+  Ctrl-C reaches a sweep's run twice: from the terminal and passed on by
+  the sweep); the third ends the process at once, for a stop that hangs.
+
+  Raises:
+    KeyboardInterrupt: on SIGINT; Terminated on SIGTERM.
+  """
+  global _stop_signal
+  _stop_signal = signum
+  _handle_both(_second)
   raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
+def _second(unused_signum, unused_frame):
+  """Handles the second SIGINT or SIGTERM: nothing; the next one kills."""
+  _handle_both(signal.SIG_DFL)
+
+
+def _handle_both(handler):
+  """`handler` for SIGINT and SIGTERM where they are this module's: the
+  first has come (_second) or none has (_stop)."""
+  for sig in (signal.SIGINT, signal.SIGTERM):
+    if signal.getsignal(sig) in (_stop, _second):
+      signal.signal(sig, handler)
+
+
 def _stop_on_signals():
-  """SIGTERM stops a command the way Ctrl-C does: nothing half-written, its
-  lock released, one line naming the command that resumes, but exit status
-  143 (128 + SIGTERM) instead of 130.  `kill PID` is how a background
-  command is stopped: a shell without job control starts it with SIGINT
-  ignored, and that stays so.  A SIGTERM the caller ignores stays ignored;
-  the `server` command sets its own handlers."""
+  """Installs _stop for SIGINT and SIGTERM.
+
+  SIGTERM then stops a command the way Ctrl-C does (nothing half-written,
+  its lock released, one line), with exit status 143 (128 + SIGTERM)
+  instead of 130.  `kill PID` is how a command in the background is
+  stopped: a shell without job control starts it with SIGINT ignored, and
+  that stays so, as does a SIGTERM the caller ignores.  The `server`
+  command sets its own handlers.
+  """
   if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     signal.signal(signal.SIGINT, _stop)
   if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
@@ -69,12 +90,26 @@ def _stop_on_signals():
 
 
 def console(argv=None):
-  """`mtf_th` as a program (the console script and `python -m
-  mtf_talking_heads.cli`): main() with SIGINT and SIGTERM handled by
-  _stop; returns the exit status."""
+  """`mtf_th` as a program (console script, `python -m mtf_talking_heads.cli`).
+
+  main() with SIGINT and SIGTERM handled by _stop.  A command stopped
+  where it has no line of its own for it says `mtf_th <command>:
+  interrupted` instead of a traceback.
+
+  Returns:
+    the exit status: main()'s, or 130 on Ctrl-C, 143 on SIGTERM.
+  """
   _stop_on_signals()
-  code = main(argv)
-  if code == 130 and _stopped_by[-1:] == [signal.SIGTERM]:
+  argv = list(sys.argv[1:] if argv is None else argv)
+  try:
+    code = main(argv)
+  except KeyboardInterrupt:
+    print("mtf_th %s: interrupted" % (argv[0] if argv else ""),
+          file=sys.stderr)
+    code = 130
+  if _stop_signal is not None:  # Python's exit puts its handlers back to
+    _handle_both(signal.SIG_IGN)  # the default: a second signal would kill
+  if code == 130 and _stop_signal == signal.SIGTERM:
     return 128 + signal.SIGTERM
   return code
 

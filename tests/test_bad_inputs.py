@@ -15,6 +15,7 @@ their child run is under way, and a sweep also with a terminal's Ctrl-C
 (SIGINT to its process group) and with `kill PID` (SIGTERM) in the
 background (slow).
 """
+import collections
 import glob
 import json
 import os
@@ -539,40 +540,81 @@ def _holds_the_lock(model_dir):
   return os.path.exists(os.path.join(model_dir, "mtf_th.lock"))
 
 
-# How a user stops a command: (signal, sent to the process group -- as a
-# terminal's Ctrl-C is -- or to the command alone, SIGINT ignored -- as in a
-# background command of a shell without job control --, the command's exit
-# status, its run's status).  A sweep passes the stop on to its run as
-# SIGTERM, which a run ignores once it is stopping.
+# How a user stops a command, and the statuses of the command and (in a
+# sweep) of its run, which the sweep passes the stop on to as SIGTERM.
+Stop = collections.namedtuple("Stop", ["signal", "to_group", "sigint_ignored",
+                                       "status", "run_status"])
 STOPS = {
-    "kill_INT": (signal.SIGINT, False, False, 130, 143),
-    "terminal_ctrl_c": (signal.SIGINT, True, False, 130, 130),
-    "kill_background": (signal.SIGTERM, False, True, 143, 143),
+    # `kill -INT PID`
+    "kill_INT": Stop(signal.SIGINT, False, False, 130, 143),
+    # a terminal's Ctrl-C (to the process group: the run gets it twice)
+    "terminal_ctrl_c": Stop(signal.SIGINT, True, False, 130, 130),
+    # `kill PID` of a background command (SIGINT ignored, as a shell without
+    # job control, e.g. a script's `mtf_th sweep ... &`, starts it)
+    "kill_background": Stop(signal.SIGTERM, False, True, 143, 143),
 }
 
 
-def _ctrl_c(argv, cwd, ready, stop="kill_INT"):
+# A command that stops where it has no handler of its own (`mtf_th costs`,
+# a sweep's --dry_run): `main` sends SIG (argv[1]) to itself TIMES times.
+_SIGNALS_TO_ITSELF = r"""
+import os, signal, sys, time
+import mtf_talking_heads_startup
+mtf_talking_heads_startup.LIGHT_PACKAGE_IMPORT = True  # no TensorFlow
+from mtf_talking_heads import cli
+sig, times = getattr(signal, sys.argv[1]), int(sys.argv[2])
+def main(argv):
+  try:
+    os.kill(os.getpid(), sig)
+    time.sleep(30)
+  except KeyboardInterrupt:
+    for _ in range(times - 1):  # while stopping
+      os.kill(os.getpid(), sig)
+      time.sleep(1)
+      print("still stopping", file=sys.stderr, flush=True)
+    raise
+cli.main = main
+sys.exit(cli.console(["costs"]))
+"""
+
+
+@pytest.mark.parametrize("sig, times, status, stderr", [
+    ("SIGINT", 1, 130, "mtf_th costs: interrupted\n"),
+    ("SIGTERM", 2, 143, "still stopping\nmtf_th costs: interrupted\n"),
+    ("SIGINT", 3, -signal.SIGINT, "still stopping\n"),
+])
+def test_stop_anywhere_is_one_line_and_a_third_signal_kills(sig, times,
+                                                             status, stderr):
+  """A stop outside a command's own handler: one line, 130 or 143, no
+  traceback; a second signal while stopping is ignored, a third kills."""
+  proc = subprocess.run(
+      [sys.executable, "-c", _SIGNALS_TO_ITSELF, sig, str(times)],
+      cwd=_cli_util.REPO, env=_cli_util.env(), capture_output=True,
+      text=True, timeout=120, preexec_fn=lambda: signal.signal(
+          signal.SIGINT, signal.SIG_DFL))
+  assert (proc.returncode, proc.stderr) == (status, stderr)
+
+
+def _stop_command(argv, cwd, ready, stop="kill_INT"):
   """Starts `mtf_th ARGV` in a new session, stops it as STOPS[stop] says
   once ready(); its stderr."""
-  sig, group, sigint_ignored, status, _ = STOPS[stop]
-  # SIGINT's disposition set either way (a shell without job control, e.g.
-  # a `make test &`, starts its background commands with SIGINT ignored)
+  how = STOPS[stop]
   proc = _cli_util.start(argv, cwd=cwd, start_new_session=True,
                          preexec_fn=lambda: signal.signal(
-                             signal.SIGINT, signal.SIG_IGN if sigint_ignored
-                             else signal.SIG_DFL))
+                             signal.SIGINT, signal.SIG_IGN
+                             if how.sigint_ignored else signal.SIG_DFL))
   try:
     _cli_util.wait_until(ready, proc, timeout=900, poll_secs=0.1)
-    if group:
-      os.killpg(proc.pid, sig)
+    if how.to_group:
+      os.killpg(proc.pid, how.signal)
     else:
-      proc.send_signal(sig)
+      proc.send_signal(how.signal)
     _, err = proc.communicate(timeout=300)
   finally:  # a failed wait leaves no sweep (nor, through it, a run) behind
     if proc.poll() is None:
       proc.kill()
       proc.wait()
-  assert proc.returncode == status, err
+  assert proc.returncode == how.status, err
   return err
 
 
@@ -584,8 +626,9 @@ def _assert_nothing_half_written(output_dir, model_dir, mid_run,
   with open(os.path.join(model_dir, "sweep.log")) as f:
     text = f.read()
   # the sweep waited for the run, which stopped with its own line
-  assert text.endswith("# interrupted: the command was sent SIGTERM and "
-                       "exited (status %d)\n" % STOPS[stop][-1]), text[-500:]
+  assert text.endswith("# interrupted: the command was sent SIGTERM; exit "
+                       "status %d\n" % STOPS[stop].run_status), text[-500:]
+  assert "Traceback" not in text, text
   assert "mtf_th train: interrupted" in text
   log = os.path.join(model_dir, "train_log.csv")
   if mid_run or os.path.exists(log):
@@ -621,8 +664,8 @@ def test_stopped_sweep_says_one_line_and_130_or_143(tmp_path, stop):
   argv = ["sweep", "--paper_table", "lm_heads", "--rows", "5"] + LONG + [
       "--eval_steps", "50000,100000", "--output_dir", out_dir]
   model_dir = os.path.join(out_dir, "runs", "05_talking_heads_4_32", "seed_1")
-  err = _ctrl_c(argv, str(tmp_path), lambda: _saved_a_checkpoint(model_dir),
-                stop)
+  err = _stop_command(argv, str(tmp_path),
+                      lambda: _saved_a_checkpoint(model_dir), stop)
   lines = err.splitlines()
   assert len(lines) == 1, err
   assert lines[0].startswith("mtf_th sweep: interrupted; 0 of 1 runs are "
@@ -636,7 +679,7 @@ def test_ctrl_c_in_demo_is_one_line_and_130(tmp_path):
   out_dir = str(tmp_path / "demo")
   argv = ["demo"] + LONG + ["--eval_every", "50000", "--output_dir", out_dir]
   model_dir = os.path.join(out_dir, "runs", "02_multi_head_8_16", "seed_1")
-  err = _ctrl_c(argv, str(tmp_path), lambda: _holds_the_lock(model_dir))
+  err = _stop_command(argv, str(tmp_path), lambda: _holds_the_lock(model_dir))
   *progress, last = err.splitlines()  # the demo's progress, then Ctrl-C's
   assert progress[0].startswith("[demo] "), err
   assert not any("Traceback" in l or "error" in l for l in progress), err

@@ -549,18 +549,19 @@ _KILLED_SWEEP = textwrap.dedent('''\
 
 def test_a_killed_sweep_takes_its_run_with_it(tmp_path, monkeypatch):
   """SIGKILL (no handler runs) on the sweep: its training command gets
-  SIGINT, as on Ctrl-C, instead of training on with no one to record it."""
+  SIGTERM, as on Ctrl-C, instead of training on with no one to record it,
+  even when the sweep was started with SIGINT and SIGTERM ignored."""
   sleeper = tmp_path / "sleeper.py"
   sleeper.write_text(_SLEEPER)
   pid_file = tmp_path / "run.pid"
   monkeypatch.setenv("SLEEPER_PID", str(pid_file))
-  # started as a shell without job control starts `mtf_th sweep &`
-  # (SIGINT ignored, inherited by its runs unless the sweep resets it)
+  # started as a shell without job control starts `mtf_th sweep &` (SIGINT
+  # ignored), SIGTERM ignored too (`trap '' TERM`): inherited by its runs
+  # unless the sweep resets it
   proc = subprocess.Popen([sys.executable, "-c", _KILLED_SWEEP,
                            str(tmp_path / "sweep"), str(sleeper)],
                           cwd=REPO, stderr=subprocess.DEVNULL,
-                          preexec_fn=lambda: signal.signal(
-                              signal.SIGINT, signal.SIG_IGN))
+                          preexec_fn=_ignore_sigint_and_sigterm)
   try:
     deadline = time.time() + 120
     while not pid_file.exists():
@@ -576,6 +577,11 @@ def test_a_killed_sweep_takes_its_run_with_it(tmp_path, monkeypatch):
   finally:
     if proc.poll() is None:
       proc.kill()
+
+
+def _ignore_sigint_and_sigterm():
+  for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, signal.SIG_IGN)
 
 
 def _alive(pid):

@@ -14,10 +14,11 @@ child processes, under <output_dir>/runs/<row>/seed_<n>.  Results:
 <output_dir>/results.csv (every run), results.md (the paper's layout, mean
 and std over seeds, best in bold), plot_heads.png (ln(PPL) vs heads),
 plot_loss.png (loss curves), plot_step_time.png (step time vs multiplies).
-Rerunning skips the runs already in results.csv.  --dry_run prints the
-commands and the table with params and multiplies only, then runs `mtf_th
-train`'s pre-flight checks on every row (a row that cannot train is an
-error, status 2), and trains nothing.
+Rerunning skips the runs already in results.csv; Ctrl-C, or `kill PID`
+(SIGTERM) in the background, stops the run in flight cleanly (status 130,
+143).  --dry_run prints the commands and the table with params and
+multiplies only, then runs `mtf_th train`'s pre-flight checks on every row
+(a row that cannot train is an error, status 2), and trains nothing.
 Bad arguments exit with status 2 and one message on stderr.
 
 --scaling DIR DIR [DIR ...] reads recorded sweeps, one per model size
@@ -358,7 +359,8 @@ def _scaling(args, parser, argv):
 
 
 def _interrupted(job, argv):
-  """One line for Ctrl-C: what is recorded and the command that resumes."""
+  """One line for Ctrl-C or SIGTERM: what is recorded and the command that
+  resumes."""
   import shlex  # pylint: disable=g-import-not-at-top
   done = len(job.read_results())
   return ("%s: interrupted; %d of %d runs are recorded in %s, and the run "

@@ -36,6 +36,15 @@ def default_launcher():
   return [sys.executable, "-m", "mtf_talking_heads.cli"]
 
 
+def _stop_with_this_process():
+  """In a run's command before exec: SIGTERM's default action back (a
+  sweep started with SIGTERM ignored would pass that on, and then nothing
+  could stop the run cleanly), and SIGTERM when the sweep dies without
+  passing a stop on (SIGKILL), so no run trains on unwatched."""
+  signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  cluster.die_with_parent(signal.SIGTERM)
+
+
 class Runner(object):
   """Trains and evaluates the runs of a Plan that results.csv lacks.
 
@@ -149,7 +158,7 @@ class Runner(object):
         began = time.time()
         try:  # an interrupted piece's time counts too (Ctrl-C, SIGTERM)
           proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                  preexec_fn=cluster.die_with_parent)
+                                  preexec_fn=_stop_with_this_process)
           code = self._watch(proc, run, model_dir, log, last_step)
         finally:
           write_run_time(model_dir, spent, time.time() - start,
@@ -171,11 +180,12 @@ class Runner(object):
     while it trains, one every PROGRESS_EVERY_SECS with its step, loss,
     steps/s and its own ETA (its steps left to `last_step` at its recent
     rate: the pre-training's train_steps, or a fine-tuning's last step).  On
-    Ctrl-C or SIGTERM (cli._stop) the command gets SIGTERM (it saves nothing
-    half-written and exits; its SIGINT may be ignored, as in a background
-    sweep) and, if it has not exited after INTERRUPT_GRACE_SECS, SIGKILL;
-    the run's `log` gets a line saying which, with the command's status.
-    The command also gets SIGTERM if the sweep dies first (SIGKILL).
+    KeyboardInterrupt (Ctrl-C, or SIGTERM under `mtf_th`) the command gets
+    SIGTERM (it saves nothing half-written and exits; its SIGINT may be
+    ignored, as in a background sweep) and, if it has not exited after
+    INTERRUPT_GRACE_SECS, SIGKILL; the run's `log` gets a line saying
+    which, with the command's exit status.  The command also gets SIGTERM
+    if the sweep dies first (SIGKILL).
     """
     seen = set(_eval_rows(model_dir))
     last = time.time()
@@ -201,7 +211,7 @@ class Runner(object):
       how = "had exited"
       if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)  # its SIGINT may be ignored
-        how = "was sent SIGTERM and exited"
+        how = "was sent SIGTERM"
         try:
           proc.wait(timeout=INTERRUPT_GRACE_SECS)
         except subprocess.TimeoutExpired:
@@ -209,7 +219,7 @@ class Runner(object):
           proc.wait()
           how = "was SIGKILLed: still running %d s after SIGTERM" % (
               INTERRUPT_GRACE_SECS)
-      log.write("# interrupted: the command %s (status %d)\n"
+      log.write("# interrupted: the command %s; exit status %d\n"
                 % (how, proc.returncode))
       raise
 

@@ -42,7 +42,7 @@ class TrainingError(RuntimeError):
 
 
 class Interrupted(KeyboardInterrupt):
-  """Ctrl-C during a run.
+  """Ctrl-C (or, under `mtf_th`, SIGTERM) during a run.
 
   Attributes:
     model_dir: the model directory.

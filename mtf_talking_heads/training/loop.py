@@ -79,7 +79,7 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
       process per device, e.g. /job:worker/replica:0/task:1/device:CPU:0).
   Raises:
     TrainingError: an op failed (the first failure stops the run).
-    Interrupted: Ctrl-C.
+    Interrupted: Ctrl-C, or SIGTERM under `mtf_th`.
   """
   del vocabulary
   if checkpoint_input_pipeline:
