@@ -96,3 +96,8 @@ def mtf_th():
   load_compat()
   from mtf_talking_heads import cli  # pylint: disable=g-import-not-at-top
   return cli.console()
+
+
+if __name__ == "__main__":  # `python -m mtf_talking_heads_startup`: a sweep's
+  import mtf_talking_heads_startup as _startup  # runs; the module, not __main__
+  sys.exit(_startup.mtf_th())

@@ -47,12 +47,13 @@ _stop_signal = None  # the SIGINT or SIGTERM this process is stopping on
 def _stop(signum, unused_frame):
   """Handles the first SIGINT or SIGTERM: the command stops as on Ctrl-C.
 
-  The second is ignored, so the clean stop is not cut short (a terminal's
-  Ctrl-C reaches a sweep's run twice: from the terminal and passed on by
-  the sweep); the third ends the process at once, for a stop that hangs.
+  The second is ignored, so the clean stop is not cut short (an impatient
+  second Ctrl-C; a sweep's SIGTERM when its run is SIGKILLed); the third
+  ends the process at once, for a stop that hangs.
 
   Raises:
-    KeyboardInterrupt: on SIGINT; Terminated on SIGTERM.
+    KeyboardInterrupt: on SIGINT.
+    Terminated: on SIGTERM.
   """
   global _stop_signal
   _stop_signal = signum
@@ -66,8 +67,11 @@ def _second(unused_signum, unused_frame):
 
 
 def _handle_both(handler):
-  """`handler` for SIGINT and SIGTERM where they are this module's: the
-  first has come (_second) or none has (_stop)."""
+  """Sets SIGINT's and SIGTERM's handler where it is _stop or _second.
+
+  Args:
+    handler: a handler function, signal.SIG_DFL or signal.SIG_IGN.
+  """
   for sig in (signal.SIGINT, signal.SIGTERM):
     if signal.getsignal(sig) in (_stop, _second):
       signal.signal(sig, handler)
@@ -103,12 +107,15 @@ def console(argv=None):
   argv = list(sys.argv[1:] if argv is None else argv)
   try:
     code = main(argv)
+    if _stop_signal is None:  # a signal from now on ends it quietly
+      _handle_both(signal.SIG_DFL)
   except KeyboardInterrupt:
-    print("mtf_th %s: interrupted" % (argv[0] if argv else ""),
+    print("mtf_th%s: interrupted" % (" " + argv[0] if argv else ""),
           file=sys.stderr)
     code = 130
-  if _stop_signal is not None:  # Python's exit puts its handlers back to
-    _handle_both(signal.SIG_IGN)  # the default: a second signal would kill
+  # Stopping: Python's exit puts its handlers back to the default action,
+  # and a second signal (which _second ignores) would kill it there.
+  _handle_both(signal.SIG_IGN)
   if code == 130 and _stop_signal == signal.SIGTERM:
     return 128 + signal.SIGTERM
   return code

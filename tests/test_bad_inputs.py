@@ -12,7 +12,7 @@ subprocess that calls each command's main().  The layout-typo cases are
 tests/test_layout_refusals.py's.  Ctrl-C during `mtf_th sweep` and
 `mtf_th demo` is tested with SIGINT sent to the real processes while
 their child run is under way, and a sweep also with a terminal's Ctrl-C
-(SIGINT to its process group) and with `kill PID` (SIGTERM) in the
+pressed twice (SIGINT to its process group) and with `kill PID` (SIGTERM) in the
 background (slow).
 """
 import collections
@@ -24,6 +24,7 @@ import resource
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -540,18 +541,20 @@ def _holds_the_lock(model_dir):
   return os.path.exists(os.path.join(model_dir, "mtf_th.lock"))
 
 
-# How a user stops a command, and the statuses of the command and (in a
-# sweep) of its run, which the sweep passes the stop on to as SIGTERM.
-Stop = collections.namedtuple("Stop", ["signal", "to_group", "sigint_ignored",
-                                       "status", "run_status"])
+# How a user stops a command (`times` signals 0.2 s apart), and the statuses
+# of the command and (in a sweep) of its run, which has a process group of
+# its own: the sweep passes the stop on to it, once, as SIGTERM.
+Stop = collections.namedtuple("Stop", ["signal", "times", "to_group",
+                                       "sigint_ignored", "status",
+                                       "run_status"])
 STOPS = {
     # `kill -INT PID`
-    "kill_INT": Stop(signal.SIGINT, False, False, 130, 143),
-    # a terminal's Ctrl-C (to the process group: the run gets it twice)
-    "terminal_ctrl_c": Stop(signal.SIGINT, True, False, 130, 130),
+    "kill_INT": Stop(signal.SIGINT, 1, False, False, 130, 143),
+    # an impatient terminal's Ctrl-C, twice (to the foreground process group)
+    "terminal_ctrl_c_twice": Stop(signal.SIGINT, 2, True, False, 130, 143),
     # `kill PID` of a background command (SIGINT ignored, as a shell without
     # job control, e.g. a script's `mtf_th sweep ... &`, starts it)
-    "kill_background": Stop(signal.SIGTERM, False, True, 143, 143),
+    "kill_background": Stop(signal.SIGTERM, 1, False, True, 143, 143),
 }
 
 
@@ -570,11 +573,17 @@ def main(argv):
   except KeyboardInterrupt:
     for _ in range(times - 1):  # while stopping
       os.kill(os.getpid(), sig)
-      time.sleep(1)
+      time.sleep(0.1)
       print("still stopping", file=sys.stderr, flush=True)
     raise
 cli.main = main
-sys.exit(cli.console(["costs"]))
+code = cli.console(["costs"])
+# exiting: ignored after one signal (Python's exit would restore the
+# default action), the default action after two
+exiting = signal.SIG_IGN if times == 1 else signal.SIG_DFL
+assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)] == [
+    exiting, exiting]
+sys.exit(code)
 """
 
 
@@ -590,29 +599,39 @@ def test_stop_anywhere_is_one_line_and_a_third_signal_kills(sig, times,
   proc = subprocess.run(
       [sys.executable, "-c", _SIGNALS_TO_ITSELF, sig, str(times)],
       cwd=_cli_util.REPO, env=_cli_util.env(), capture_output=True,
-      text=True, timeout=120, preexec_fn=lambda: signal.signal(
-          signal.SIGINT, signal.SIG_DFL))
+      text=True, timeout=120, preexec_fn=_default_stop_signals)
   assert (proc.returncode, proc.stderr) == (status, stderr)
+
+
+def _default_stop_signals():
+  for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, signal.SIG_DFL)
 
 
 def _stop_command(argv, cwd, ready, stop="kill_INT"):
   """Starts `mtf_th ARGV` in a new session, stops it as STOPS[stop] says
   once ready(); its stderr."""
   how = STOPS[stop]
+
+  def preexec():
+    _default_stop_signals()
+    if how.sigint_ignored:
+      signal.signal(signal.SIGINT, signal.SIG_IGN)
+
   proc = _cli_util.start(argv, cwd=cwd, start_new_session=True,
-                         preexec_fn=lambda: signal.signal(
-                             signal.SIGINT, signal.SIG_IGN
-                             if how.sigint_ignored else signal.SIG_DFL))
+                         preexec_fn=preexec)
   try:
     _cli_util.wait_until(ready, proc, timeout=900, poll_secs=0.1)
-    if how.to_group:
-      os.killpg(proc.pid, how.signal)
-    else:
-      proc.send_signal(how.signal)
+    for i in range(how.times):
+      time.sleep(0.2 * bool(i))
+      if how.to_group:
+        os.killpg(proc.pid, how.signal)
+      else:
+        proc.send_signal(how.signal)
     _, err = proc.communicate(timeout=300)
   finally:  # a failed wait leaves no sweep (nor, through it, a run) behind
     if proc.poll() is None:
-      proc.kill()
+      os.killpg(proc.pid, signal.SIGKILL)
       proc.wait()
   assert proc.returncode == how.status, err
   return err

@@ -359,8 +359,7 @@ def _scaling(args, parser, argv):
 
 
 def _interrupted(job, argv):
-  """One line for Ctrl-C or SIGTERM: what is recorded and the command that
-  resumes."""
+  """One line for a stop: what is recorded and the command that resumes."""
   import shlex  # pylint: disable=g-import-not-at-top
   done = len(job.read_results())
   return ("%s: interrupted; %d of %d runs are recorded in %s, and the run "

@@ -14,9 +14,8 @@ lines (steps/s, ETA, loss) go to stderr.  Configuration errors exit with
 status 2 and one message, before any graph is built; a failing op stops the
 run at once with one message and status 1; Ctrl-C prints the last
 checkpoint and the command that resumes, status 130 (SIGTERM: the same,
-status 143).  Keeps the last
---keep_checkpoint_max checkpoints (5) plus --keep_checkpoint_steps; no
-graph.pbtxt unless --write_graph.
+status 143).  Keeps the last --keep_checkpoint_max checkpoints (5) plus
+--keep_checkpoint_steps; no graph.pbtxt unless --write_graph.
 """
 import argparse
 import sys
@@ -111,8 +110,7 @@ def announce(prog, args):
 
 
 def _interrupted(prog, argv, e):
-  """One line for Ctrl-C or SIGTERM: the last checkpoint and the command
-  that resumes."""
+  """One line for a stop: the last checkpoint and the command that resumes."""
   step = getattr(e, "checkpoint_step", None)
   if not hasattr(e, "model_dir"):
     return "%s: interrupted" % prog

@@ -32,8 +32,9 @@ INTERRUPT_GRACE_SECS = 60
 
 
 def default_launcher():
-  """The argv prefix that runs `mtf_th` with this Python."""
-  return [sys.executable, "-m", "mtf_talking_heads.cli"]
+  """The argv prefix that runs `mtf_th` with this Python, as the console
+  script does (a light import: its stop handlers come before TensorFlow)."""
+  return [sys.executable, "-m", "mtf_talking_heads_startup"]
 
 
 def _stop_with_this_process():
@@ -157,7 +158,10 @@ class Runner(object):
         log.flush()
         began = time.time()
         try:  # an interrupted piece's time counts too (Ctrl-C, SIGTERM)
+          # a process group of its own: a terminal's Ctrl-C reaches the
+          # sweep only, which passes it on once, as SIGTERM
           proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                  process_group=0,
                                   preexec_fn=_stop_with_this_process)
           code = self._watch(proc, run, model_dir, log, last_step)
         finally:

@@ -1,9 +1,9 @@
 """The errors of train, eval, decode and fine-tune, and op-failure messages.
 
 Owns ConfigError (a configuration problem, found before any graph is built),
-TrainingError (an op failed while the graph ran), Interrupted (Ctrl-C), and
-the one-line message that names a failing op, its cause and the fix, or
-the task a --cluster run lost.
+TrainingError (an op failed while the graph ran), Interrupted (Ctrl-C,
+SIGTERM), and the one-line message that names a failing op, its cause and
+the fix, or the task a --cluster run lost.
 """
 import contextlib
 import re

@@ -3,8 +3,8 @@
 Owns the train loop as utils.run runs it: seeded and reproducible, resuming
 from the latest checkpoint and skipping the batches already seen, logged by
 progress.ProgressHook, keeping the checkpoints evals need; a failing op ends
-it with one TrainingError line (no retry), Ctrl-C with Interrupted, and an
-attempt that saved nothing leaves no events file.
+it with one TrainingError line (no retry), Ctrl-C or SIGTERM with
+Interrupted, and an attempt that saved nothing leaves no events file.
 """
 import os
 import sys
