@@ -12,8 +12,8 @@ subprocess that calls each command's main().  The layout-typo cases are
 tests/test_layout_refusals.py's.  Ctrl-C during `mtf_th sweep` and
 `mtf_th demo` is tested with SIGINT sent to the real processes while
 their child run is under way, and a sweep also with a terminal's Ctrl-C
-pressed twice (SIGINT to its process group) and with `kill PID` (SIGTERM) in the
-background (slow).
+pressed twice (SIGINT to its process group) and with `kill PID` (SIGTERM)
+in the background (slow).
 """
 import collections
 import glob
