@@ -532,9 +532,11 @@ def test_stage_fills_the_columns_and_resumes_by_stage(tmp_path, fake,
   assert "| 41.50 (0.71) | 61.50 (0.71) |" in md
   assert "not those benchmarks" in md
   down = (out / "downstream.md").read_text()
-  assert ("| th_embedded_cloze em | th_embedded_cloze f1 | "
+  assert ("| row | variant | th_embedded_cloze em | th_embedded_cloze f1 | "
           "th_embedded_entailment accuracy |") in down
-  assert "| 31.50 (0.71) | 41.50 (0.71) | 61.50 (0.71) |" in down
+  # Each line is named by its row: variant labels repeat across head counts.
+  assert ("| 07_talking_heads_24_32 | talking-heads | 31.50 (0.71) | "
+          "41.50 (0.71) | 61.50 (0.71) |") in down, down
   # Rerun: every stage is recorded, nothing runs.
   calls.write_text("")
   _sweep(out, launcher, {"steps": 10, "max_eval_examples": 8}).run()

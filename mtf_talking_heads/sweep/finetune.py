@@ -474,7 +474,12 @@ def downstream_markdown(plan):
   """downstream.md: every (task, metric) per row, mean (std) over seeds.
 
   Like the paper's Appendix B tables: one column per task and metric, the
-  best of each column in bold.
+  best of each column in bold.  Each line starts with the row's name (its
+  directory under runs/), since rows that differ only in their heads share
+  a variant label:
+
+    | row | variant | th_embedded_cloze f1 | ...
+    | 01_multi_head_8_16 | multi-head | 37.30 (31.72) | ...
   """
   stage = plan.finetune
   values = {}  # (row name, task, metric) -> [value per seed]
@@ -490,9 +495,9 @@ def downstream_markdown(plan):
            columns_note(stage).strip() + "\n"]
   if not keys:
     return "\n".join(lines + ["No fine-tuned run is scored yet.\n"])
-  header = [""] + ["%s %s" % key for key in keys]
+  header = ["row", "variant"] + ["%s %s" % key for key in keys]
   lines.append("| " + " | ".join(header) + " |")
-  lines.append("|" + "|".join([":---"] + ["---:"] * len(keys)) + "|")
+  lines.append("|" + "|".join([":---"] * 2 + ["---:"] * len(keys)) + "|")
   best = {}
   for key in keys:
     means = [comparison.mean_std(values.get((r.name,) + key, []))[0]
@@ -500,7 +505,7 @@ def downstream_markdown(plan):
     means = [m for m in means if m is not None]
     best[key] = max(means) if len(means) > 1 else None
   for row in plan.rows:
-    cells = [row.label]
+    cells = [row.name, row.label]
     for key in keys:
       mean, std, n = comparison.mean_std(values.get((row.name,) + key, []))
       if mean is None:
