@@ -94,11 +94,12 @@ def _stop_on_signals():
 
 
 def console(argv=None):
-  """`mtf_th` as a program (console script, `python -m mtf_talking_heads.cli`).
+  """`mtf_th` as a program: main() with SIGINT and SIGTERM handled by _stop.
 
-  main() with SIGINT and SIGTERM handled by _stop.  A command stopped
-  where it has no line of its own for it says `mtf_th <command>:
-  interrupted` instead of a traceback.
+  The entry of the console script and of `python -m` of
+  mtf_talking_heads_startup (a sweep's runs) or mtf_talking_heads.cli.  A
+  command stopped where it has no line of its own for it says `mtf_th
+  <command>: interrupted` instead of a traceback.
 
   Returns:
     the exit status: main()'s, or 130 on Ctrl-C, 143 on SIGTERM.
@@ -113,8 +114,9 @@ def console(argv=None):
     print("mtf_th%s: interrupted" % (" " + argv[0] if argv else ""),
           file=sys.stderr)
     code = 130
-  # Stopping: Python's exit puts its handlers back to the default action,
-  # and a second signal (which _second ignores) would kill it there.
+  # Stopping (otherwise both are SIG_DFL by now and this changes nothing):
+  # Python's exit puts its handlers back to the default action, and a
+  # second signal (which _second ignores) would kill it there.
   _handle_both(signal.SIG_IGN)
   if code == 130 and _stop_signal == signal.SIGTERM:
     return 128 + signal.SIGTERM

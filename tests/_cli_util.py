@@ -8,6 +8,7 @@ refusals that need no TensorFlow must not load it.
 import collections
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -67,6 +68,17 @@ def env(extra=None):
   out.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   out.update(extra or {})
   return out
+
+
+def set_stop_signals(disposition):
+  """In a child before exec: SIGINT and SIGTERM set to `disposition`.
+
+  signal.SIG_DFL: as a terminal starts a command; signal.SIG_IGN: as a
+  script's `cmd &` with `trap '' TERM` does (a shell without job control
+  starts a background command with SIGINT ignored).
+  """
+  for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, disposition)
 
 
 def run(args, cwd=None, extra_env=None, timeout=600, user=None):

@@ -599,13 +599,9 @@ def test_stop_anywhere_is_one_line_and_a_third_signal_kills(sig, times,
   proc = subprocess.run(
       [sys.executable, "-c", _SIGNALS_TO_ITSELF, sig, str(times)],
       cwd=_cli_util.REPO, env=_cli_util.env(), capture_output=True,
-      text=True, timeout=120, preexec_fn=_default_stop_signals)
+      text=True, timeout=120,
+      preexec_fn=lambda: _cli_util.set_stop_signals(signal.SIG_DFL))
   assert (proc.returncode, proc.stderr) == (status, stderr)
-
-
-def _default_stop_signals():
-  for sig in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(sig, signal.SIG_DFL)
 
 
 def _stop_command(argv, cwd, ready, stop="kill_INT"):
@@ -614,7 +610,7 @@ def _stop_command(argv, cwd, ready, stop="kill_INT"):
   how = STOPS[stop]
 
   def preexec():
-    _default_stop_signals()
+    _cli_util.set_stop_signals(signal.SIG_DFL)
     if how.sigint_ignored:
       signal.signal(signal.SIGINT, signal.SIG_IGN)
 

@@ -29,6 +29,7 @@ import time
 
 import pytest
 
+import _cli_util
 from mtf_talking_heads import cli
 from mtf_talking_heads import costs
 from mtf_talking_heads import sweep
@@ -561,7 +562,8 @@ def test_a_killed_sweep_takes_its_run_with_it(tmp_path, monkeypatch):
   proc = subprocess.Popen([sys.executable, "-c", _KILLED_SWEEP,
                            str(tmp_path / "sweep"), str(sleeper)],
                           cwd=REPO, stderr=subprocess.DEVNULL,
-                          preexec_fn=_ignore_sigint_and_sigterm)
+                          preexec_fn=lambda: _cli_util.set_stop_signals(
+                              signal.SIG_IGN))
   try:
     deadline = time.time() + 120
     while not pid_file.exists():
@@ -577,11 +579,6 @@ def test_a_killed_sweep_takes_its_run_with_it(tmp_path, monkeypatch):
   finally:
     if proc.poll() is None:
       proc.kill()
-
-
-def _ignore_sigint_and_sigterm():
-  for sig in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(sig, signal.SIG_IGN)
 
 
 def _alive(pid):
