@@ -3,7 +3,7 @@
 Two jobs, both before TensorFlow or mesh_tensorflow is loaded:
 
 * ``install()`` puts a one-shot finder on ``sys.meta_path`` that loads
-  mtf_talking_heads/compat.py (whose import hooks apply its fixes) just
+  mtf_talking_heads/core/compat.py (whose import hooks apply its fixes) just
   before ``mesh_tensorflow`` is first imported.  setup.py installs ``mtf_talking_heads_startup.pth`` (for a wheel
   and for ``pip install -e .``), which calls ``install()`` when Python starts,
   so scripts that import mesh_tensorflow before they could import us -- the
@@ -16,6 +16,8 @@ Two jobs, both before TensorFlow or mesh_tensorflow is loaded:
   start in well under a second; commands that need TensorFlow import it
   themselves, and compat's hooks (installed first) mend it for them.
 """
+import importlib
+import importlib.util
 import os
 import sys
 
@@ -23,6 +25,7 @@ import sys
 # then skips importing TensorFlow and registering the gin layers.
 LIGHT_PACKAGE_IMPORT = False
 _PACKAGE = "mtf_talking_heads"
+_COMPAT = _PACKAGE + ".core.compat"  # the one module of stack mends
 
 
 class _MeshTensorflowFinder(object):
@@ -44,7 +47,7 @@ _FINDER = _MeshTensorflowFinder()
 
 def install():
   """Adds the finder to sys.meta_path (idempotent; no-op once mtf is loaded)."""
-  if "mesh_tensorflow" in sys.modules or _PACKAGE + ".compat" in sys.modules:
+  if "mesh_tensorflow" in sys.modules or _COMPAT in sys.modules:
     return
   if not any(f is _FINDER for f in sys.meta_path):
     sys.meta_path.insert(0, _FINDER)
@@ -55,27 +58,26 @@ def uninstall():
 
 
 def load_compat():
-  """Imports mtf_talking_heads.compat (which installs its import hooks).
+  """Imports mtf_talking_heads.core.compat (which installs its import hooks).
 
   compat.py imports only the standard library.  When the package itself is
   not imported yet, compat.py is loaded on its own under its full name:
   importing the package here would register the gin layers, which import
   mesh_tensorflow, the very module being imported.  The package's later
-  `from mtf_talking_heads import compat` reuses that module.
+  `from mtf_talking_heads.core import compat` reuses that module.
 
   Returns:
     the module, or None if mtf_talking_heads is not installed.
   """
-  name = _PACKAGE + ".compat"
+  name = _COMPAT
   if name in sys.modules:
     return sys.modules[name]
   if _PACKAGE in sys.modules:
-    return __import__(name, fromlist=["compat"])
-  import importlib.util  # pylint: disable=g-import-not-at-top
+    return importlib.import_module(name)
   package = importlib.util.find_spec(_PACKAGE)
   if package is None or not package.submodule_search_locations:
     return None
-  path = os.path.join(list(package.submodule_search_locations)[0],
+  path = os.path.join(list(package.submodule_search_locations)[0], "core",
                       "compat.py")
   spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)

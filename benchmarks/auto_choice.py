@@ -16,10 +16,10 @@ layout plus core_shard:model, the layout Auto prices with.
 import argparse
 import sys
 
-from mtf_talking_heads import gin_paths
-from mtf_talking_heads import perf
-from mtf_talking_heads import planner
-from mtf_talking_heads import prices
+from mtf_talking_heads.core import gin_paths
+from mtf_talking_heads.estimate import perf
+from mtf_talking_heads.estimate import planner
+from mtf_talking_heads.estimate import prices
 
 HARDWARE = ("tpu_v2", "tpu_v3")
 MESHES = ((1, 8), (4, 8), (1, 32), (2, 16))

@@ -49,7 +49,7 @@ import os
 import sys
 import time
 
-from mtf_talking_heads import compat  # pylint: disable=unused-import
+from mtf_talking_heads.core import compat  # pylint: disable=unused-import
 
 ROWS = tuple("t5_heads/%s" % name for name in (
     "01_multi_head_6_128", "02_multi_head_12_64", "03_multi_head_24_32",
@@ -109,7 +109,7 @@ def gin_params(row):
 
 def row_depth(row):
   """The row's layers per stack (its num_layers), read from its gin text."""
-  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.core import gin_text  # pylint: disable=g-import-not-at-top
   config = gin_text.GinConfig(gin_files(row), gin_params(row))
   return config.require("num_layers", row)
 
@@ -127,8 +127,8 @@ class StepGraph(object):
   def __init__(self, row, layers=None):
     import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
     import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
-    from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
-    from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
+    from mtf_talking_heads.measure import memory_measure  # pylint: disable=g-import-not-at-top
+    from mtf_talking_heads.estimate import perf  # pylint: disable=g-import-not-at-top
     from mtf_talking_heads.training import model_size  # pylint: disable=g-import-not-at-top
     from mtf_talking_heads.training import settings as settings_lib  # pylint: disable=g-import-not-at-top
     params = gin_params(row) + (["num_layers = %d" % layers] if layers
@@ -389,9 +389,9 @@ def price(model, mesh_shape, dims, dropout=False):
   model on mesh_shape with `dims` on its model axis, with attention
   dropout's mask if `dropout`; the step time only when that is the
   planner's layout (perf.py prices no other)."""
-  from mtf_talking_heads import memory  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import memory  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import perf  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import planner  # pylint: disable=g-import-not-at-top
   p = perf.parse_mesh(mesh_shape)["model"]
   rules = ",".join(["batch:batch"] + ["%s:model" % d for d in dims])
   total = memory.predict(model, mesh_shape, IMPLEMENTATION, dropout=dropout,
@@ -408,8 +408,8 @@ def case_row(row, devices, layers, graph, search, build_s, time_limit):
   """The CSV values of one (row, devices) case, auto_mtf's search on the
   graph of `layers` layers per stack ("all": the row's own), both choices
   priced on the row's own model."""
-  from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import perf  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import planner  # pylint: disable=g-import-not-at-top
   start, search.statuses = time.process_time(), []
   search.model_s = search.solve_s = search.units = 0.0
   found = search.run(devices)

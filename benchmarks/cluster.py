@@ -30,16 +30,16 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from mtf_talking_heads import compat  # noqa: E402  (before mesh_tensorflow)
+from mtf_talking_heads.core import compat  # noqa: E402  (before mesh_tensorflow)
 
 compat.split_cpu(4)
 
 import tensorflow.compat.v1 as tf  # noqa: E402
 
-from mtf_talking_heads import cluster  # noqa: E402
+from mtf_talking_heads.runtime import cluster  # noqa: E402
 from mtf_talking_heads import commands  # noqa: E402
-from mtf_talking_heads import harness  # noqa: E402
-from mtf_talking_heads import layers  # noqa: E402
+from mtf_talking_heads.measure import harness  # noqa: E402
+from mtf_talking_heads.nn import layers  # noqa: E402
 from mtf_talking_heads.training import cluster as training_cluster  # noqa: E402
 
 DIMS = dict(heads=4, d_k=16, d_v=16, d_model=64, length=32, batch=8)

@@ -1,4 +1,4 @@
-"""Outputs of `mtf_th costs`, `perf` and `comm` on every paper table, to diff.
+"""Outputs of `mtf_th costs`, `perf`, `plan` and `comm` on every paper table, to diff.
 
 A refactoring that must not change behaviour records the outputs before and
 checks them after:
@@ -13,6 +13,8 @@ Each command's stdout, stderr and exit code go to one file per command.
 with small dims, and refusals whose message must stay; `perf` runs every
 table under gin/experiments, --compare_paper on the tables that have the
 paper's step times, every hardware, two meshes and every implementation;
+`plan` runs every table under gin/experiments (tpu_v3, 8 devices; csv), a
+gin file with --all, a fixed mesh, a batch, every hardware, and refusals;
 `comm` runs every variant and strategy on small dims (d_model 16, length 8,
 batch 4) on model:2 and batch:2,model:2 (about 15 s per command: TensorFlow
 lowers each strategy's graph).  --skip_comm leaves comm out (seconds).
@@ -98,6 +100,34 @@ def perf_commands():
                           '--mesh_shape', 'model:0']
 
 
+PLAN_TABLES = PERF_TABLES + ('span_heads', 'scaling_d128')
+
+
+def plan_commands():
+  """Yields (name, argv) of every `mtf_th plan` run."""
+  for table in PLAN_TABLES:
+    yield 'plan_%s' % table, ['plan', '--paper_table', table, '--hardware',
+                              'tpu_v3', '--devices', '8', '--format', 'csv']
+  gin = ['--gin_file', 'experiments/t5_heads/07_talking_heads_24_32.gin']
+  yield 'plan_gin_all', ['plan'] + gin + ['--hardware', 'tpu_v3', '--devices',
+                                          '8', '--all', '--top', '0']
+  yield 'plan_gin_mesh', ['plan'] + gin + ['--hardware', 'tpu_v4',
+                                           '--devices', '4', '--mesh_shape',
+                                           'batch:2,model:2']
+  yield 'plan_gin_batch', ['plan'] + gin + ['--hardware', 'tpu_v5e',
+                                            '--devices', '16', '--batch',
+                                            '512', '--format', 'csv']
+  yield 'plan_cpu', ['plan', '--gin_file', 'models/t5_tiny.gin', '--hardware',
+                     'cpu', '--devices', '2']
+  yield 'plan_nothing_fits', ['plan'] + gin + ['--hardware', 'tpu_v3',
+                                               '--devices', '1', '--batch',
+                                               '4096']
+  yield 'plan_err_mesh', ['plan'] + gin + ['--hardware', 'tpu_v3',
+                                           '--devices', '8', '--mesh_shape',
+                                           'batch:2,model:2']
+  yield 'plan_err_args', ['plan', '--hardware', 'tpu_v3', '--devices', '8']
+
+
 def comm_commands():
   """Yields (name, argv) of every `mtf_th comm` run (small dims)."""
   dims = ['--heads', '4', '--d_k', '4', '--d_v', '4', '--batch', '4'] + SMALL
@@ -132,7 +162,8 @@ def main():
   action.add_argument('--check', metavar='DIR')
   parser.add_argument('--skip_comm', action='store_true')
   args = parser.parse_args()
-  commands = list(costs_commands()) + list(perf_commands())
+  commands = (list(costs_commands()) + list(perf_commands()) +
+              list(plan_commands()))
   if not args.skip_comm:
     commands += list(comm_commands())
   directory = args.save or args.check

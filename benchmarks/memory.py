@@ -28,7 +28,7 @@ import statistics
 import subprocess
 import sys
 
-from mtf_talking_heads import compat
+from mtf_talking_heads.core import compat
 
 COLUMNS = ("config", "measured", "predicted", "ratio", "auto_mtf",
            "auto_mtf_ratio")
@@ -95,7 +95,7 @@ def main(argv=None):
     table = [(n, m, p, a) for n, m, _, p, a in table]
   else:
     compat.split_cpu(4)
-    from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
+    from mtf_talking_heads.measure import memory_measure  # pylint: disable=g-import-not-at-top
     try:
       table = memory_measure.compare(args.config, forward=args.forward)
     except ValueError as e:

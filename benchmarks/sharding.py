@@ -27,19 +27,19 @@ import statistics
 import sys
 import time
 
-from mtf_talking_heads import compat
+from mtf_talking_heads.core import compat
 
 compat.split_cpu(8)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from mesh_tensorflow.transformer import transformer_layers
 
-from mtf_talking_heads import comm
-from mtf_talking_heads import costs
-from mtf_talking_heads import harness
-from mtf_talking_heads import layers
-from mtf_talking_heads import sharding
-from mtf_talking_heads import spec
+from mtf_talking_heads.measure import comm
+from mtf_talking_heads.estimate import costs
+from mtf_talking_heads.measure import harness
+from mtf_talking_heads.nn import layers
+from mtf_talking_heads.nn import sharding
+from mtf_talking_heads.core import spec
 
 # batch 1 cannot be split over a "batch" mesh axis: there the 768-heads
 # rows use the smallest batch that can (2), and say so.

@@ -23,7 +23,7 @@ PYTHON="${PYTHON:-$(dirname "$MTF_TH")/python}"
 MODEL_DIR="${MODEL_DIR:-runs/cluster_${TASKS}x${K}}"
 LOGS="$(mktemp -d)"
 PORTS="$("$PYTHON" -c "import sys
-from mtf_talking_heads import cluster
+from mtf_talking_heads.runtime import cluster
 print(' '.join(map(str, cluster.free_ports(int(sys.argv[1])))))" "$TASKS")"
 SPEC="$(for p in $PORTS; do printf 'localhost:%s,' "$p"; done)"
 SPEC="${SPEC%,}"

@@ -97,12 +97,12 @@ _LAYOUT_SETTINGS = ("mesh_shape", "layout", "utils.run.mesh_shape",
 
 
 def _gin_text():
-  """mtf_talking_heads.gin_text without TensorFlow (the mtf_th script's
+  """mtf_talking_heads.core.gin_text without TensorFlow (the mtf_th script's
   light package import; the pre-flight imports what it needs itself)."""
   if "mtf_talking_heads" not in sys.modules:
     import mtf_talking_heads_startup  # pylint: disable=g-import-not-at-top
     mtf_talking_heads_startup.LIGHT_PACKAGE_IMPORT = True
-  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.core import gin_text  # pylint: disable=g-import-not-at-top
   return gin_text
 
 
@@ -228,7 +228,7 @@ def preflight(args):
     ValueError: with the check's message.
   """
   try:
-    from mtf_talking_heads import compat  # pylint: disable=g-import-not-at-top,unused-import  (first: quiet, fixed imports)
+    from mtf_talking_heads.core import compat  # pylint: disable=g-import-not-at-top,unused-import  (first: quiet, fixed imports)
     from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
   except ImportError as e:
     raise ValueError("the pre-flight needs mtf_talking_heads importable "
@@ -243,7 +243,7 @@ def preflight(args):
   except training.ConfigError as e:
     raise ValueError("pre-flight of mtf_th train for %s --parallelism %s: %s"
                      % (args.accelerator, args.parallelism, e))
-  from mtf_talking_heads import fit_check  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import fit_check  # pylint: disable=g-import-not-at-top
   line = fit_check.warning("launch/tpu.py", files, params,
                            hardware_of(args.accelerator),
                            devices_of(args.accelerator))

@@ -11,8 +11,8 @@ __version__ = "0.1.0"
 
 if not getattr(_sys.modules.get("mtf_talking_heads_startup"),
                "LIGHT_PACKAGE_IMPORT", False):
-  from mtf_talking_heads import compat  # must come first: fixes `import mesh_tensorflow`
-  from mtf_talking_heads import attention  # pylint: disable=g-bad-import-order
-  from mtf_talking_heads import layers
-  from mtf_talking_heads import recompute  # mtf_th.RecomputeCore
-  from mtf_talking_heads import models  # puts the repository's gin/ on gin's search path
+  from mtf_talking_heads.core import compat  # must come first: fixes `import mesh_tensorflow`
+  from mtf_talking_heads.nn import attention  # pylint: disable=g-bad-import-order
+  from mtf_talking_heads.nn import layers
+  from mtf_talking_heads.nn import recompute  # mtf_th.RecomputeCore
+  from mtf_talking_heads.nn import models  # puts the repository's gin/ on gin's search path

@@ -130,7 +130,7 @@ def wait_until(ready, proc, timeout=600, poll_secs=0.2):
 _LOCK_HOLDER = """
 import sys, time
 sys.argv = ["mtf_th", "train", "--model_dir", sys.argv[1]]
-from mtf_talking_heads import dir_lock
+from mtf_talking_heads.runtime import dir_lock
 dir_lock.acquire(sys.argv[3], "--model_dir")
 print("held", flush=True)
 time.sleep(600)

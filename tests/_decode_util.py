@@ -30,7 +30,7 @@ from mesh_tensorflow.transformer import transformer
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads import harness
+from mtf_talking_heads.measure import harness
 import _strategy_util as su
 
 _EVAL = "eval"

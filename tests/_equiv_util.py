@@ -9,13 +9,13 @@
   index order used by tests/reference.py.
 * `export` / `run` fetch recorded mtf tensors from a `harness.Harness`.
 """
-from mtf_talking_heads import compat  # noqa: F401  (before mesh_tensorflow)
+from mtf_talking_heads.core import compat  # noqa: F401  (before mesh_tensorflow)
 import mesh_tensorflow as mtf  # pylint: disable=g-bad-import-order
 from mesh_tensorflow.transformer import transformer
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads import layers as th_layers
+from mtf_talking_heads.nn import layers as th_layers
 
 
 class Probe(transformer.TransformerLayer):

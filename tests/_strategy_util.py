@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads import comm
-from mtf_talking_heads import compat
-from mtf_talking_heads import harness
-from mtf_talking_heads import layers
-from mtf_talking_heads import sharding
+from mtf_talking_heads.measure import comm
+from mtf_talking_heads.core import compat
+from mtf_talking_heads.measure import harness
+from mtf_talking_heads.nn import layers
+from mtf_talking_heads.nn import sharding
 
 D_MODEL, VOCAB, BATCH, LENGTH = 16, 32, 8, 8
 

@@ -31,7 +31,7 @@ def pytest_configure(config):
     return
   with warnings.catch_warnings():  # pytest.ini's filters apply from here on
     warnings.simplefilter("ignore", DeprecationWarning)
-    from mtf_talking_heads import compat  # pylint: disable=g-import-not-at-top
+    from mtf_talking_heads.core import compat  # pylint: disable=g-import-not-at-top
     compat.split_cpu(NUM_DEVICES)
 
 
@@ -76,7 +76,7 @@ def _fresh_gin_config_per_module():
   """Gin bindings made in-process by one test module (training commands
   parse whole configs) must not leak into the next one's graphs."""
   yield
-  from mtf_talking_heads import harness  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.measure import harness  # pylint: disable=g-import-not-at-top
   with gin.unlock_config():
     gin.clear_config()
   harness.parse_mtf_defaults.done = False

@@ -25,12 +25,12 @@ import gin
 import numpy as np
 import pytest
 
-from mtf_talking_heads import comm
-from mtf_talking_heads import harness
-from mtf_talking_heads import layers
-from mtf_talking_heads import perf
-from mtf_talking_heads import planner
-from mtf_talking_heads import sharding
+from mtf_talking_heads.measure import comm
+from mtf_talking_heads.measure import harness
+from mtf_talking_heads.nn import layers
+from mtf_talking_heads.estimate import perf
+from mtf_talking_heads.estimate import planner
+from mtf_talking_heads.nn import sharding
 from mtf_talking_heads import training
 from mtf_talking_heads.commands import comm as comm_command
 import _strategy_util as su

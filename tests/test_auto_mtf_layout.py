@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import _cli_util
-from mtf_talking_heads import memory_measure
+from mtf_talking_heads.measure import memory_measure
 
 
 def _benchmark():

@@ -31,7 +31,7 @@ import pytest
 import _cli_util
 from mtf_talking_heads.commands import comm as comm_command
 from mtf_talking_heads.commands import prechecks
-from mtf_talking_heads.sweep import run as run_lib
+from mtf_talking_heads.experiments.sweep import run as run_lib
 
 T5 = ["--gin_file", "experiments/t5_heads/07_talking_heads_24_32.gin",
       "--gin_file", "models/t5_tiny.gin"]
@@ -422,8 +422,8 @@ def test_comm_help_needs_no_tensorflow():
 
 
 def test_comm_names_agree_with_sharding_and_comm():
-  from mtf_talking_heads import comm  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import sharding  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.measure import comm  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.nn import sharding  # pylint: disable=g-import-not-at-top
   assert comm_command.STRATEGY_NAMES == tuple(sharding.STRATEGIES)
   assert comm_command.VARIANTS == tuple(comm.VARIANTS)
 
@@ -449,8 +449,8 @@ def test_base_model_on_cpu_is_refused_before_the_graph(after_tf, world):
 def test_eval_and_decode_memory_is_one_forward_pass():
   """memory.predict_forward: weights and one forward pass's live tensors,
   not a training step's (which would refuse evals that fit)."""
-  from mtf_talking_heads import memory  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import memory  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import perf  # pylint: disable=g-import-not-at-top
   att = perf.make_attention("talking_heads", 4, 16, heads_k=4, heads_v=4)
   lm = perf.make_model("lm", 2, 32, 64, 128, 8, 32, 32, dec_self=att,
                        relative_bias=False)
@@ -710,7 +710,7 @@ def test_every_shipped_gin_files_mixture_name_passes(tmp_path):
   names = sorted(os.path.relpath(p, gin_dir) for p in glob.glob(
       os.path.join(gin_dir, "**", "*.gin"), recursive=True))
   assert len(names) > 50
-  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.core import gin_text  # pylint: disable=g-import-not-at-top
   mixtures = set()
   for name in names:
     prechecks.mixture(str(tmp_path), [name], [])

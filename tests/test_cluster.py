@@ -28,9 +28,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import _equiv_util as eu
-from mtf_talking_heads import cluster
-from mtf_talking_heads import harness
-from mtf_talking_heads import layers
+from mtf_talking_heads.runtime import cluster
+from mtf_talking_heads.measure import harness
+from mtf_talking_heads.nn import layers
 from mtf_talking_heads.training import cluster as training_cluster
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -363,7 +363,7 @@ def test_local_servers_die_with_the_process_that_started_them():
   test killed by a timeout leaves no server listening): checked on `sleep`,
   started the way LocalServers starts a server."""
   code = ("import subprocess, sys\n"
-          "from mtf_talking_heads import cluster\n"
+          "from mtf_talking_heads.runtime import cluster\n"
           "p = subprocess.Popen(['sleep', '600'],"
           " preexec_fn=cluster.die_with_parent)\n"
           "print(p.pid, flush=True)\n"

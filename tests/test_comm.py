@@ -27,7 +27,7 @@ and ring bytes per device = 4 (P-1)/P (2 allreduce + alltoall + allconcat)/N.
 import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 import pytest
 
-from mtf_talking_heads import comm
+from mtf_talking_heads.measure import comm
 from mtf_talking_heads.commands import comm as comm_command
 
 B, N, D, H, DK, P = 8, 8, 8, 4, 2, 4
@@ -214,8 +214,8 @@ def test_cli_errors_exit_2_naming_the_problem(capsys, argv, words):
 
 def test_batch_split_keeps_every_attention_weight_sharded():
   """Each device stores 1/P of P_q, P_k, P_v, P_o (and P_l, P_w)."""
-  from mtf_talking_heads import harness  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import sharding  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.measure import harness  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.nn import sharding  # pylint: disable=g-import-not-at-top
   config = comm.make_config("talking_heads", H, DK, DK, D, N, B)
   strategy = sharding.BatchSplit()
   layer = comm.make_layer(config, strategy)

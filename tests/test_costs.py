@@ -1,4 +1,4 @@
-"""Tests for mtf_talking_heads/costs.py and `mtf_th costs` (docs/costs.md).
+"""Tests for mtf_talking_heads/estimate/costs.py and `mtf_th costs` (docs/costs.md).
 
 The formula tests load costs.py straight from its file: costs.py is pure
 Python, but `import mtf_talking_heads.<anything>` runs the package __init__,
@@ -28,7 +28,7 @@ PAPER_TEX = pathlib.Path(os.environ.get(
 
 def _load_costs():
   spec = importlib.util.spec_from_file_location(
-      "_costs_under_test", REPO / "mtf_talking_heads" / "costs.py")
+      "_costs_under_test", REPO / "mtf_talking_heads" / "estimate" / "costs.py")
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
@@ -322,9 +322,10 @@ def test_module_does_not_import_tensorflow():
   # mtf_th console script's: no TensorFlow in mtf_talking_heads/__init__.py)
   code = ("import sys, mtf_talking_heads_startup as s; "
           "s.LIGHT_PACKAGE_IMPORT = True; "
-          "from mtf_talking_heads import costs, spec; "
+          "from mtf_talking_heads.estimate import costs; "
+          "from mtf_talking_heads.core import spec; "
           "print(costs.__file__ == %r, 'tensorflow' in sys.modules)"
-          % str(REPO / "mtf_talking_heads" / "costs.py"))
+          % str(REPO / "mtf_talking_heads" / "estimate" / "costs.py"))
   out = subprocess.run([sys.executable, "-c", code], capture_output=True,
                        text=True, check=True, timeout=60,
                        cwd=str(REPO)).stdout

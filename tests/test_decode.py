@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 import _decode_util
-from mtf_talking_heads import layers
+from mtf_talking_heads.nn import layers
 
 LOGITS_TOL = 1e-5  # max |stepped - teacher-forced| / max |teacher-forced|
 HEADS = dict(heads_k=4, heads=6, heads_v=4, d_k=4, d_v=4)

@@ -20,7 +20,7 @@ import time
 import pytest
 
 import _cli_util
-from mtf_talking_heads import dir_lock
+from mtf_talking_heads.runtime import dir_lock
 from mtf_talking_heads.commands import prechecks
 from mtf_talking_heads.commands import train as train_command
 
@@ -72,7 +72,7 @@ def test_stale_lock_of_a_killed_writer_is_taken_over(tmp_path):
   assert dir_lock.refusal(model_dir, "--model_dir") is None
   out = subprocess.run(
       [sys.executable, "-c",
-       "from mtf_talking_heads import dir_lock as d; import sys; "
+       "from mtf_talking_heads.runtime import dir_lock as d; import sys; "
        "d.acquire(sys.argv[1], '--model_dir'); d.release(sys.argv[1])",
        model_dir], env=_cli_util.env(), capture_output=True, text=True)
   assert out.returncode == 0, out.stderr

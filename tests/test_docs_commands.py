@@ -348,7 +348,7 @@ def _check_names(cmd, parser):
   """Flags, --paper_table and --gin_file values of cmd name real things."""
   tokens = cmd.raw_argv
   _check_flag_names(cmd, parser, tokens)
-  from mtf_talking_heads import sweep  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.experiments import sweep  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
   for table in _values(tokens, "--paper_table"):
     if re.match(r"^[a-z0-9_]+$", table):
@@ -431,7 +431,7 @@ def _check_sweep(cmd, args, argv, capsys, tmp_path, monkeypatch):
     _check_scaling(cmd, args, argv, capsys, tmp_path)
     return
   if args.list_paper_tables:
-    from mtf_talking_heads import sweep  # pylint: disable=g-import-not-at-top
+    from mtf_talking_heads.experiments import sweep  # pylint: disable=g-import-not-at-top
     status, out, err = _run_in_process(["sweep"] + argv, capsys)
     assert status == 0, "%s\n  %s" % (cmd, err)
     assert out.split() == list(sweep.paper_table_names()), cmd

@@ -15,8 +15,8 @@ import shlex
 
 import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 
-from mtf_talking_heads import comm
-from mtf_talking_heads import sharding
+from mtf_talking_heads.measure import comm
+from mtf_talking_heads.nn import sharding
 
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))), "docs", "sharding.md")

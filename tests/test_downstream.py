@@ -18,12 +18,12 @@ from t5.evaluation import qa_utils
 import _cli_util
 from mtf_talking_heads import cli
 from mtf_talking_heads import data  # noqa: F401  (registers the tasks)
-from mtf_talking_heads import sweep
+from mtf_talking_heads.experiments import sweep
 from mtf_talking_heads.commands import prechecks
 from mtf_talking_heads.data import downstream
 from mtf_talking_heads.data import vocab
-from mtf_talking_heads.sweep import finetune as finetune_lib
-from mtf_talking_heads.sweep import run as run_lib
+from mtf_talking_heads.experiments.sweep import finetune as finetune_lib
+from mtf_talking_heads.experiments.sweep import run as run_lib
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import metrics
 from mtf_talking_heads.training import tfds_data
@@ -700,7 +700,7 @@ def test_downstream_comparison_pairs_each_column_by_seed(tmp_path, fake):
 ])
 def test_finetune_settings_per_model_kind(files, optimizer, schedule,
                                           expected):
-  from mtf_talking_heads import models  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.nn import models  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
   training.parse_gin(files)
   assert models.query("utils.run.optimizer").selector == optimizer
@@ -712,7 +712,7 @@ def test_finetune_settings_per_model_kind(files, optimizer, schedule,
 
 def test_finetune_schedule_counts_from_the_first_fine_tuning_step():
   import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import optimizers  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.nn import optimizers  # pylint: disable=g-import-not-at-top
   steps = [125000, 125500, 126000, 130500, 135000]
   with tf.Graph().as_default():
     step = tf.placeholder(tf.int64, [])
@@ -728,7 +728,7 @@ def test_finetune_schedule_counts_from_the_first_fine_tuning_step():
 def test_preflight_checks_the_fine_tuning_schedule_over_its_own_steps():
   """500 fine-tuning steps cannot hold finetune_bert.gin's 821 warm-up
   steps, although the global step count (P + 500) can."""
-  from mtf_talking_heads import optimizers  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.nn import optimizers  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
   files = ["models/bert_base.gin", "experiments/finetune_bert.gin"]
   start = ["mtf_th.warmup_linear_decay.start_step = 100000"]

@@ -8,15 +8,15 @@ fast path of the default strategy (sharding.ordered_core) refuses the same
 inputs.  With the projection present the dynamic terms are added: checked
 against NumPy on a one-device mesh.
 """
-from mtf_talking_heads import compat  # noqa: F401  (before mesh_tensorflow)
+from mtf_talking_heads.core import compat  # noqa: F401  (before mesh_tensorflow)
 import mesh_tensorflow as mtf  # pylint: disable=g-bad-import-order
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads import attention
-from mtf_talking_heads import harness
-from mtf_talking_heads import sharding
+from mtf_talking_heads.nn import attention
+from mtf_talking_heads.measure import harness
+from mtf_talking_heads.nn import sharding
 
 B, N, M, H, HV, D = 2, 3, 4, 3, 2, 5  # batch, n, m, heads (= heads_k), heads_v, d
 # An R tensor needs two different heads dims; where the layer has only one,

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads import harness
-from mtf_talking_heads import layers
-from mtf_talking_heads import sharding
+from mtf_talking_heads.measure import harness
+from mtf_talking_heads.nn import layers
+from mtf_talking_heads.nn import sharding
 import _strategy_util as su
 
 D_MODEL, VOCAB, LENGTH, INPUT_LENGTH = 16, 32, 8, 6

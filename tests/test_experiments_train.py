@@ -38,9 +38,11 @@ TRAINED_ELSEWHERE = {
 
 _SCRIPT = r"""
 import json, os, sys, time
-from mtf_talking_heads import compat
+from mtf_talking_heads.core import compat
 compat.split_cpu(8)
-from mtf_talking_heads import models, sweep, training
+from mtf_talking_heads import training
+from mtf_talking_heads.experiments import sweep
+from mtf_talking_heads.nn import models
 elsewhere = json.loads(sys.argv[2])
 out = {"preflight": {}, "trained": {}, "elsewhere": {}}
 checked = []

@@ -14,16 +14,16 @@ test_strategies.py and test_sharded.py.
 """
 import itertools
 
-from mtf_talking_heads import compat  # noqa: F401  (before mesh_tensorflow)
+from mtf_talking_heads.core import compat  # noqa: F401  (before mesh_tensorflow)
 import mesh_tensorflow as mtf  # pylint: disable=g-bad-import-order
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads import attention
-from mtf_talking_heads import costs
-from mtf_talking_heads import harness
-from mtf_talking_heads import sharding
+from mtf_talking_heads.nn import attention
+from mtf_talking_heads.estimate import costs
+from mtf_talking_heads.measure import harness
+from mtf_talking_heads.nn import sharding
 
 B, N, M, HK, H, HV, DK, DV = 2, 3, 4, 2, 3, 4, 5, 6
 SUBSETS = [s for r in range(1, 5)

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads import attention
-from mtf_talking_heads import kernels
-from mtf_talking_heads import harness
-from mtf_talking_heads import layers
+from mtf_talking_heads.nn import attention
+from mtf_talking_heads.nn import kernels
+from mtf_talking_heads.measure import harness
+from mtf_talking_heads.nn import layers
 import _equiv_util as eu
 import _strategy_util as su
 

@@ -29,17 +29,17 @@ import _decode_util
 import _equiv_util as eu
 import _strategy_util as su
 import reference as ref
-from mtf_talking_heads import attention
-from mtf_talking_heads import comm
-from mtf_talking_heads import costs
-from mtf_talking_heads import harness
-from mtf_talking_heads import layers
-from mtf_talking_heads import sharding
-from mtf_talking_heads import sweep
+from mtf_talking_heads.nn import attention
+from mtf_talking_heads.measure import comm
+from mtf_talking_heads.estimate import costs
+from mtf_talking_heads.measure import harness
+from mtf_talking_heads.nn import layers
+from mtf_talking_heads.nn import sharding
+from mtf_talking_heads.experiments import sweep
 from mtf_talking_heads.commands import comm as comm_command
 from mtf_talking_heads.commands import costs as costs_command
-from mtf_talking_heads.sweep import plan as plan_lib
-from mtf_talking_heads.sweep import rows as rows_lib
+from mtf_talking_heads.experiments.sweep import plan as plan_lib
+from mtf_talking_heads.experiments.sweep import rows as rows_lib
 
 TOL = 1e-5  # float32 graph vs float64 reference, relative to max |Y|
 D_MODEL, LENGTH, BATCH, VOCAB = 8, 6, 2, 32
@@ -478,7 +478,7 @@ def test_perf_counts_grouped_projections_and_reads_the_rows():
   """mtf_th perf: L = J P_l and U = W P_w have 1/g of talking heads' FLOPs
   (and its bytes less P_l's: they read and write whole n x m x h tensors), and
   heads-parallel (groups:model) sends multi-head's elements."""
-  from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import perf  # pylint: disable=g-import-not-at-top
   impl = perf.IMPLEMENTATIONS["mtf_th"]
   th = perf.make_attention("talking_heads", 24, 32, 32, 24, 24)
   mh = perf.make_attention("multi_head", 24, 32, 32)
@@ -521,7 +521,7 @@ def test_only_the_grouped_classes_take_groups():
 
 
 def test_grid_refuses_grouped_rows_it_cannot_configure():
-  from mtf_talking_heads.sweep import grid  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.experiments.sweep import grid  # pylint: disable=g-import-not-at-top
   with pytest.raises(ValueError, match="grouped_talking_heads needs groups"):
     grid.parse_grid(["variant=talking_heads,grouped_talking_heads"])
 
@@ -529,7 +529,7 @@ def test_grid_refuses_grouped_rows_it_cannot_configure():
 def test_perf_checks_groups_against_the_model_axis():
   """A grouped layer is laid out groups:model: mtf_th perf refuses a model
   axis that does not divide its groups (lm_variants row 10 has 2)."""
-  from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import perf  # pylint: disable=g-import-not-at-top
   rows = {name: model for name, _, model in perf.experiment_rows(
       "lm_variants")}
   model = rows["10_grouped_talking_heads_8_g2"]
@@ -542,7 +542,7 @@ def test_perf_checks_groups_against_the_model_axis():
 def test_validation_shapes_carry_groups():
   """The pre-flight's tensor shapes of a grouped layer carry `groups` next
   to each heads dim, and its relative-position bias is per (group, head)."""
-  from mtf_talking_heads import validation  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.nn import validation  # pylint: disable=g-import-not-at-top
   layer = layers.GroupedTalkingHeadsAttention(
       groups=2, heads_k=8, heads=8, heads_v=8, d_k=4, d_v=4,
       relative_attention_type="bias", dynamic=["x2l"])

@@ -26,8 +26,8 @@ SELECT).
 import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 import pytest
 
-from mtf_talking_heads import harness
-from mtf_talking_heads import sharding
+from mtf_talking_heads.measure import harness
+from mtf_talking_heads.nn import sharding
 import _strategy_util as su
 
 RANK_LIMITS = {"Softmax": 5}  # op type: most dims a oneDNN kernel accepts

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from mtf_talking_heads import spec
+from mtf_talking_heads.core import spec
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 T5 = ["experiments/t5_heads/07_talking_heads_24_32.gin", "models/t5_tiny.gin"]

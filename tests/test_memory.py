@@ -12,8 +12,8 @@ the core it recomputes.
 """
 import pytest
 
-from mtf_talking_heads import memory
-from mtf_talking_heads import perf
+from mtf_talking_heads.estimate import memory
+from mtf_talking_heads.estimate import perf
 
 F32 = "mtf_th_float32"
 
@@ -108,7 +108,7 @@ MEASURED = ("th_h4_n32_1", "th_h8_n32_m4_bsplit")
 
 @pytest.fixture(scope="module")
 def measured():
-  from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.measure import memory_measure  # pylint: disable=g-import-not-at-top
   return {name: (m, p) for name, m, p, _ in
           memory_measure.compare(MEASURED, auto_mtf=False)}
 
@@ -121,7 +121,7 @@ def test_prediction_within_20_percent_of_allocator_peak(measured, name):
 
 @pytest.fixture(scope="module")
 def measured_forward():
-  from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.measure import memory_measure  # pylint: disable=g-import-not-at-top
   return {name: (m, p) for name, m, p, _ in
           memory_measure.compare(MEASURED, auto_mtf=False, forward=True)}
 
@@ -143,7 +143,7 @@ def test_forward_takes_the_strategy_auto_may_pick_and_decode_its_caches():
   """The eval/decode pre-flight prices the smallest applicable strategy
   (heads-parallel talking heads keeps W whole; a split strategy does not),
   and a decode adds every decoder layer's K and V."""
-  from mtf_talking_heads import fit_check  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import fit_check  # pylint: disable=g-import-not-at-top
   model = _lm("talking_heads", heads=8, d_k=16, batch=8, length=64, layers=2)
   heads = memory.predict_forward(model, "model:4", F32)["total"]
   split = memory.predict_forward(model, "model:4", F32,
@@ -165,7 +165,7 @@ def test_eval_preflight_refuses_only_what_no_strategy_fits(monkeypatch):
   heads_v whole).  RAM between the two strategies is not refused, below the
   smallest is; a decode needs its caches on top."""
   from mtf_talking_heads import commands  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import planner  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.commands import prechecks  # pylint: disable=g-import-not-at-top
   gin = ["experiments/t5_heads/07_talking_heads_24_32.gin"]
   params = ["mesh_shape = 'model:4'"]
@@ -185,7 +185,7 @@ def test_eval_preflight_refuses_only_what_no_strategy_fits(monkeypatch):
 
 
 def test_unknown_measured_config_refused_before_any_graph():
-  from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.measure import memory_measure  # pylint: disable=g-import-not-at-top
   with pytest.raises(ValueError, match="unknown config th_h4_n32_l; choose "
                      "from mh_h4_n32_1, "):
     memory_measure.compare(["th_h4_n32_1", "th_h4_n32_l"])
@@ -194,7 +194,7 @@ def test_unknown_measured_config_refused_before_any_graph():
 def test_measured_layers_have_weights_of_their_own():
   """The measured LM's blocks do not share one scope's variables (unnamed
   layers of a LayerStack would): its weights are what memory.py counts."""
-  from mtf_talking_heads import memory_measure  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.measure import memory_measure  # pylint: disable=g-import-not-at-top
   config = memory_measure.MeasureConfig(**dict(
       memory_measure.BASE, variant="talking_heads", heads=4, length=16,
       mesh_shape="batch:1"))
@@ -209,10 +209,10 @@ def test_measured_layers_have_weights_of_their_own():
 
 def test_recompute_core_gradients_equal_the_core_it_recomputes():
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import harness  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import layers  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import recompute  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import sharding  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.measure import harness  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.nn import layers  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.nn import recompute  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.nn import sharding  # pylint: disable=g-import-not-at-top
   out = []
   for strategy in (sharding.HeadsParallel(), recompute.RecomputeCore()):
     layer = layers.TalkingHeadsAttention(heads_k=4, heads=4, heads_v=4,

@@ -15,14 +15,15 @@ import sys
 
 import pytest
 
-from mtf_talking_heads import costs
+from mtf_talking_heads.estimate import costs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _SCRIPT = r"""
 import json, sys
 import mtf_talking_heads
-from mtf_talking_heads import models, training
+from mtf_talking_heads import training
+from mtf_talking_heads.nn import models
 import mesh_tensorflow as mtf
 
 SMALL_TABLES = ("lm_heads", "lm_variants", "encdec_heads", "span_heads",

@@ -14,13 +14,13 @@ mtf's memory-dependent dynamic projections are right.
 """
 import collections
 
-from mtf_talking_heads import compat  # noqa: F401  (before mesh_tensorflow)
+from mtf_talking_heads.core import compat  # noqa: F401  (before mesh_tensorflow)
 from mesh_tensorflow.transformer import transformer_layers as tl  # pylint: disable=g-bad-import-order
 import numpy as np
 import pytest
 
-from mtf_talking_heads import harness
-from mtf_talking_heads import layers
+from mtf_talking_heads.measure import harness
+from mtf_talking_heads.nn import layers
 import _equiv_util as eu
 import _strategy_util as su
 

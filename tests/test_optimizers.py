@@ -13,8 +13,8 @@ import pytest
 import tensorflow.compat.v1 as tf
 from mesh_tensorflow.transformer import utils as mtf_utils  # noqa: F401  (gin: utils.run)
 
-from mtf_talking_heads import harness
-from mtf_talking_heads import optimizers
+from mtf_talking_heads.measure import harness
+from mtf_talking_heads.nn import optimizers
 
 STEPS = 5
 LEARNING_RATES = (0.1, 0.05, 0.2, 0.02, 0.1)
@@ -250,7 +250,7 @@ def test_check_settings_reads_gin():
   with gin.unlock_config():
     gin.clear_config()
     gin.parse_config("""
-        import mtf_talking_heads.optimizers
+        import mtf_talking_heads.nn.optimizers
         utils.run.optimizer = @mtf_th.LambOptimizer
         utils.run.learning_rate_schedule = @mtf_th.warmup_linear_decay
         utils.run.total_run_steps = 50

@@ -69,7 +69,9 @@ def wheel_imports(installed_wheel, tmp_path_factory):
   _, site = installed_wheel
   return subprocess.run(
       [sys.executable, "-c",
-       "from mtf_talking_heads import models, sweep, training; "
+       "from mtf_talking_heads import training; "
+       "from mtf_talking_heads.experiments import sweep; "
+       "from mtf_talking_heads.nn import models; "
        "print(models.gin_dir()); print(sweep.__file__); "
        "print(training.__file__)"],
       cwd=str(tmp_path_factory.mktemp("elsewhere")),
@@ -102,12 +104,12 @@ def test_a_wheel_carries_every_module_and_subpackage(installed_wheel,
   in_repo = {str(p.relative_to(REPO)) for p in
              (REPO / "mtf_talking_heads").rglob("*.py")}
   assert in_repo - shipped == set()
-  assert {"mtf_talking_heads/sweep/__init__.py",
+  assert {"mtf_talking_heads/experiments/sweep/__init__.py",
           "mtf_talking_heads/training/__init__.py"} <= shipped
   found = wheel_imports
   assert found.returncode == 0, found.stderr[-2000:]
   assert found.stdout.splitlines()[-2:] == [
-      str(site / "mtf_talking_heads" / "sweep" / "__init__.py"),
+      str(site / "mtf_talking_heads" / "experiments" / "sweep" / "__init__.py"),
       str(site / "mtf_talking_heads" / "training" / "__init__.py")]
 
 
@@ -132,7 +134,7 @@ def test_a_wheel_installs_the_startup_hook_and_it_mends_mtf(installed_wheel,
   script = ("import site, sys; sys.path.append(%r); site.addsitedir(%r); "
             "import mesh_tensorflow, mtf_talking_heads_startup as s; "
             "print(s.__file__); "
-            "print(sys.modules['mtf_talking_heads.compat'].__file__)"
+            "print(sys.modules['mtf_talking_heads.core.compat'].__file__)"
             % (venv_site, str(site)))
   # (a PYTHONPATH, e.g. a worktree's, would put its modules before the wheel's)
   env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

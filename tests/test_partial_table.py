@@ -1,7 +1,7 @@
 """A sweep's paper-layout table while some seeds are missing: each partial
 row says over how many seeds its mean and std are (sweep/report.py)."""
-from mtf_talking_heads import sweep
-from mtf_talking_heads.sweep import report
+from mtf_talking_heads.experiments import sweep
+from mtf_talking_heads.experiments.sweep import report
 
 
 def _summary(rows, seeds_per_row):

@@ -16,8 +16,8 @@ import sys
 
 import pytest
 
-from mtf_talking_heads import costs
-from mtf_talking_heads import perf
+from mtf_talking_heads.estimate import costs
+from mtf_talking_heads.estimate import perf
 
 MTF_TH = os.path.join(os.path.dirname(sys.executable), "mtf_th")
 F32 = perf.IMPLEMENTATIONS["mtf_th_float32"]

@@ -8,8 +8,8 @@ model:2 and model:4.  About 25 s: ten tiny lowered graphs.
 """
 import pytest
 
-from mtf_talking_heads import comm
-from mtf_talking_heads import perf
+from mtf_talking_heads.measure import comm
+from mtf_talking_heads.estimate import perf
 
 CASES = [
     ("multi_head", ()), ("talking_heads", ()), ("project_logits", ()),

@@ -10,10 +10,10 @@ import pytest
 
 import _cli_util
 
-from mtf_talking_heads import memory
-from mtf_talking_heads import perf
-from mtf_talking_heads import planner
-from mtf_talking_heads import prices
+from mtf_talking_heads.estimate import memory
+from mtf_talking_heads.estimate import perf
+from mtf_talking_heads.estimate import planner
+from mtf_talking_heads.estimate import prices
 
 MTF_TH = os.path.join(os.path.dirname(sys.executable), "mtf_th")
 TH24 = "experiments/t5_heads/07_talking_heads_24_32.gin"
@@ -94,7 +94,7 @@ def test_split_strategy_ring_elements_are_prices_on_the_heads_layout():
 def test_strategy_tables_are_sharding_strategies():
   # planner.py and memory.py are TensorFlow-free: their tables of
   # sharding.STRATEGIES, checked here (a new strategy must be added to both)
-  from mtf_talking_heads import sharding  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.nn import sharding  # pylint: disable=g-import-not-at-top
   names = set(sharding.STRATEGIES)
   assert set(planner.STRATEGIES) == set(memory.STRATEGY_CORES) == names
   model = perf.paper_model(24, 32, "talking_heads", heads_k=24, heads_v=24)
@@ -323,7 +323,7 @@ def test_plan_ranks_with_the_same_seconds_as_auto():
 
 
 def test_pasting_a_recompute_rows_bindings_silences_the_fit_warning():
-  from mtf_talking_heads import fit_check  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import fit_check  # pylint: disable=g-import-not-at-top
   model = perf.model_from_gin([TH24])
   cands = {(c.mesh_shape, c.recompute): c
            for c in planner.plan(model, "tpu_v3", 8)

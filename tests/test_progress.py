@@ -9,7 +9,7 @@ import os
 
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads import progress
+from mtf_talking_heads.runtime import progress
 
 
 class _Session(object):

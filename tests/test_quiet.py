@@ -150,7 +150,7 @@ def test_verbose_keeps_what_compat_hides(modes):
 def test_demo_verbose_reaches_the_train_and_eval_runs(tmp_path, monkeypatch):
   # the demo runs `mtf_th train/eval` through the sweep in child processes:
   # --verbose reaches them as compat's environment variable
-  from mtf_talking_heads import compat  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.core import compat  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.commands import demo  # pylint: disable=g-import-not-at-top
   seen = []
 

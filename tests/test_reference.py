@@ -15,13 +15,13 @@ Three groups, each case named after what it proves:
 
 All mtf graphs are built once per module (two Unitransformers).
 """
-from mtf_talking_heads import compat  # noqa: F401  (before mesh_tensorflow)
+from mtf_talking_heads.core import compat  # noqa: F401  (before mesh_tensorflow)
 import mesh_tensorflow as mtf  # pylint: disable=g-bad-import-order
 import numpy as np
 import pytest
 
-from mtf_talking_heads import harness
-from mtf_talking_heads import layers
+from mtf_talking_heads.measure import harness
+from mtf_talking_heads.nn import layers
 import _equiv_util as eu
 import _strategy_util as su
 import reference as ref

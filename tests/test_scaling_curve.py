@@ -17,11 +17,11 @@ import pytest
 
 import _cli_util
 from mtf_talking_heads import cli
-from mtf_talking_heads import comparison
-from mtf_talking_heads import gin_text
-from mtf_talking_heads import sweep
-from mtf_talking_heads.sweep import results
-from mtf_talking_heads.sweep import scaling
+from mtf_talking_heads.experiments import comparison
+from mtf_talking_heads.core import gin_text
+from mtf_talking_heads.experiments import sweep
+from mtf_talking_heads.experiments.sweep import results
+from mtf_talking_heads.experiments.sweep import scaling
 
 A, B, K = 20.0, 0.07, 1.5  # multi-head: L = A C^-B; talking heads: K x
 STEPS = (250, 500, 750)

@@ -5,8 +5,8 @@ parameter outside the embedding, none reading the train split more than
 twice; fast (no model is built)."""
 import pytest
 
-from mtf_talking_heads import gin_text
-from mtf_talking_heads import sweep
+from mtf_talking_heads.core import gin_text
+from mtf_talking_heads.experiments import sweep
 from mtf_talking_heads.data import corpus
 
 SIZES = {"scaling_d128": (128, 750), "scaling_d192": (192, 1750),

@@ -26,9 +26,9 @@ from mesh_tensorflow.transformer import transformer_layers
 import numpy as np
 import pytest
 
-from mtf_talking_heads import harness
-from mtf_talking_heads import layers
-from mtf_talking_heads import validation
+from mtf_talking_heads.measure import harness
+from mtf_talking_heads.nn import layers
+from mtf_talking_heads.nn import validation
 import _strategy_util as su
 
 D_MODEL, D_FF, VOCAB, PADDED_VOCAB, BATCH, LENGTH = 16, 32, 32, 128, 4, 8

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from mtf_talking_heads import comparison
-from mtf_talking_heads import sweep
+from mtf_talking_heads.experiments import comparison
+from mtf_talking_heads.experiments import sweep
 
 SMALL_TABLES = ("lm_heads", "encdec_heads", "lm_variants", "span_heads")
 
@@ -59,7 +59,7 @@ def test_paper_rows_refuse_small_scale():
 def test_talking_heads_extra_multiplies_in_the_papers_proportion():
   """At h = 8 (d_model 128, n = 128) talking heads costs 1.17x multi-head's
   multiplies per layer; the paper's T5 at h = 24 costs 1.19x."""
-  from mtf_talking_heads import costs  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import costs  # pylint: disable=g-import-not-at-top
 
   def ratio(h, d_k, d_model, n):
     th = costs.attention_costs("talking_heads", h, h, h, d_k, d_k, d_model, n)

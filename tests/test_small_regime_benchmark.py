@@ -4,7 +4,7 @@ multi-head pair (tiny sizes here)."""
 import pytest
 
 import _cli_util
-from mtf_talking_heads import sweep
+from mtf_talking_heads.experiments import sweep
 
 
 def _benchmark():

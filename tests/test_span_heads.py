@@ -13,11 +13,11 @@ import seqio
 
 from mtf_talking_heads import cli
 from mtf_talking_heads import data  # noqa: F401  (registers the tasks)
-from mtf_talking_heads import gin_text
-from mtf_talking_heads import sweep
+from mtf_talking_heads.core import gin_text
+from mtf_talking_heads.experiments import sweep
 from mtf_talking_heads.data import tasks
-from mtf_talking_heads.sweep import finetune as finetune_lib
-from mtf_talking_heads.sweep import plan as plan_lib
+from mtf_talking_heads.experiments.sweep import finetune as finetune_lib
+from mtf_talking_heads.experiments.sweep import plan as plan_lib
 
 TASK = "th_span_corruption_bytes"
 

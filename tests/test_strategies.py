@@ -37,11 +37,11 @@ import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 import numpy as np
 import pytest
 
-from mtf_talking_heads import attention
-from mtf_talking_heads import comm
-from mtf_talking_heads import harness
-from mtf_talking_heads import layers
-from mtf_talking_heads import sharding
+from mtf_talking_heads.nn import attention
+from mtf_talking_heads.measure import comm
+from mtf_talking_heads.measure import harness
+from mtf_talking_heads.nn import layers
+from mtf_talking_heads.nn import sharding
 import _strategy_util as su
 
 D_MODEL, VOCAB, BATCH, LENGTH = su.D_MODEL, su.VOCAB, su.BATCH, su.LENGTH

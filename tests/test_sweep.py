@@ -1,4 +1,4 @@
-"""Tests for the mtf_talking_heads/sweep package and `mtf_th sweep` (docs/sweeps.md).
+"""Tests for the mtf_talking_heads/experiments/sweep package and `mtf_th sweep` (docs/sweeps.md).
 
 * Dry runs of every paper table: the printed params / multiplies per
   attention layer equal the paper's printed figures wherever those follow from
@@ -31,8 +31,8 @@ import pytest
 
 import _cli_util
 from mtf_talking_heads import cli
-from mtf_talking_heads import costs
-from mtf_talking_heads import sweep
+from mtf_talking_heads.estimate import costs
+from mtf_talking_heads.experiments import sweep
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -539,7 +539,7 @@ _SLEEPER = textwrap.dedent('''\
 
 _KILLED_SWEEP = textwrap.dedent('''\
     import sys
-    from mtf_talking_heads import sweep
+    from mtf_talking_heads.experiments import sweep
     rows = sweep.grid_rows({"variant": ["multi_head"], "heads": [4]},
                            {"d_k": ("div", 32, "heads")})
     sweep.Sweep(rows, sys.argv[1], scale="tiny", seeds=1, train_steps=20,

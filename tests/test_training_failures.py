@@ -29,7 +29,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _SCRIPT = r"""
 import contextlib, io, json, os, sys
-from mtf_talking_heads import compat
+from mtf_talking_heads.core import compat
 compat.split_cpu(8)
 import gin
 import tensorflow.compat.v1 as tf

@@ -14,8 +14,8 @@ from mesh_tensorflow.transformer import transformer_layers
 import pytest
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads import layers
-from mtf_talking_heads import validation
+from mtf_talking_heads.nn import layers
+from mtf_talking_heads.nn import validation
 
 D_MODEL, BATCH, LENGTH = 16, 4, 8
 

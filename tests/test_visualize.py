@@ -1,4 +1,4 @@
-"""Tests for mtf_talking_heads/visualize.py and `mtf_th visualize`.
+"""Tests for mtf_talking_heads/experiments/visualize.py and `mtf_th visualize`.
 
 Checkpoints are written directly with tf variables named like the ones
 layers.py creates (no training): P_l = identity in layer 0 gives |det| = 1 and
@@ -13,7 +13,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads import cli
-from mtf_talking_heads import visualize
+from mtf_talking_heads.experiments import visualize
 
 ENC0 = "encoder/block_000/layer_000/TalkingHeadsAttention"
 ENC1 = "encoder/block_001/layer_000/TalkingHeadsAttention"

@@ -43,7 +43,7 @@ class VerboseAction(argparse.Action):
     super().__init__(option_strings, dest, nargs=0, default=default, **kwargs)
 
   def __call__(self, parser, namespace, values, option_string=None):
-    from mtf_talking_heads import compat  # pylint: disable=g-import-not-at-top
+    from mtf_talking_heads.core import compat  # pylint: disable=g-import-not-at-top
     compat.set_verbose(True)
     setattr(namespace, self.dest, True)
 

@@ -26,9 +26,9 @@ status 2 and one message on stderr.
 import sys
 
 from mtf_talking_heads import commands
-from mtf_talking_heads import costs
-from mtf_talking_heads import prices
-from mtf_talking_heads import spec
+from mtf_talking_heads.estimate import costs
+from mtf_talking_heads.estimate import prices
+from mtf_talking_heads.core import spec
 
 PROG = "mtf_th comm"
 
@@ -118,9 +118,9 @@ def main(argv=None):
     return 2
   # TensorFlow is imported only now (--help and bad arguments stay fast);
   # the CPU is split into logical devices before any graph is built.
-  from mtf_talking_heads import comm  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import compat  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import sharding  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.measure import comm  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.core import compat  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.nn import sharding  # pylint: disable=g-import-not-at-top
   try:
     config = comm.make_config(
         args.variant, args.heads, args.d_k, args.d_v, args.d_model,

@@ -24,7 +24,7 @@ import sys
 
 from mtf_talking_heads import commands
 
-from mtf_talking_heads import costs
+from mtf_talking_heads.estimate import costs
 
 PROG = "mtf_th costs"
 _CONFIG_FLAGS = ("variant", "dynamic", "heads_k", "heads", "heads_v", "d_k",

@@ -37,7 +37,7 @@ import sys
 import time
 
 from mtf_talking_heads import commands
-from mtf_talking_heads import spec
+from mtf_talking_heads.core import spec
 from mtf_talking_heads.commands import prechecks
 from mtf_talking_heads.commands import train as train_command
 
@@ -224,8 +224,8 @@ def main(argv=None):
   print("[demo] multi-head vs talking heads, %d heads, %d steps each -> %s"
         % (args.heads, args.train_steps, args.output_dir), file=sys.stderr,
         flush=True)
-  from mtf_talking_heads import comparison  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import sweep  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.experiments import comparison  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.experiments import sweep  # pylint: disable=g-import-not-at-top
   try:
     rows = _rows(sweep, args.heads)
     job = sweep.Sweep(

@@ -69,7 +69,7 @@ def check_tfds_data(args, training):
   Parses the gin files for the mixture's name only (the command parses
   them again); a mixture with no TFDS task (the embedded one) passes.
   """
-  from mtf_talking_heads import models  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.nn import models  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.training import checkpoints  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.training import tfds_data  # pylint: disable=g-import-not-at-top
   training.parse_gin(checkpoints.operative_gin(args.model_dir, args.gin_file),

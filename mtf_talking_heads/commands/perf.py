@@ -22,8 +22,8 @@ import sys
 
 from mtf_talking_heads import commands
 
-from mtf_talking_heads import perf
-from mtf_talking_heads import spec
+from mtf_talking_heads.estimate import perf
+from mtf_talking_heads.core import spec
 
 PROG = "mtf_th perf"
 COLUMNS = ("row", "label", "step_s", "compute_s", "memory_s", "network_s",

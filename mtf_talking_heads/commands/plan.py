@@ -22,7 +22,7 @@ TensorFlow is never imported.
 import sys
 
 from mtf_talking_heads import commands
-from mtf_talking_heads import spec as spec_lib
+from mtf_talking_heads.core import spec as spec_lib
 
 PROG = "mtf_th plan"
 COLUMNS = ("mesh_shape", "strategy", "fits", "memory_gib", "state_gib",
@@ -108,15 +108,15 @@ def _row(c, fmt):
 
 def dropout_on(gin_files, gin_params):
   """Whether the gin files set a positive dropout_rate macro."""
-  from mtf_talking_heads import gin_text as gin_reader  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.core import gin_text as gin_reader  # pylint: disable=g-import-not-at-top
   config = gin_reader.GinConfig(gin_files, gin_params)
   return bool(config.get("dropout_rate", 0.0))
 
 
 def _run(args):
-  from mtf_talking_heads import memory  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import memory  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import perf  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import planner  # pylint: disable=g-import-not-at-top
   _check(args)
   mesh = None
   if args.mesh_shape:
@@ -159,7 +159,7 @@ def _run(args):
 
 
 def _candidates(model, args, mesh, dropout=False):
-  from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import planner  # pylint: disable=g-import-not-at-top
   candidates = planner.plan(model, args.hardware, args.devices,
                             args.implementation, args.margin, dropout)
   if mesh:
@@ -177,7 +177,7 @@ PAPER_COLUMNS = ("row", "label", "batch_per_device", "data_parallel_gib",
 
 def _paper_table(args, mesh):
   """One line per experiment row: data parallel, and the best that fits."""
-  from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import perf  # pylint: disable=g-import-not-at-top
   rows = []
   for name, label, model in perf.experiment_rows(args.paper_table,
                                                  vocab=args.vocab):
@@ -206,7 +206,7 @@ class NothingFits(Exception):
 
 
 def main(argv=None):
-  from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import perf  # pylint: disable=g-import-not-at-top
   parser = _build_parser(perf.hardware_names())
   argv = list(sys.argv[1:] if argv is None else argv)
   args = commands.parse(parser, argv)

@@ -17,11 +17,11 @@ import socket
 import sys
 import threading
 
-from mtf_talking_heads import cache_paths
+from mtf_talking_heads.core import cache_paths
 from mtf_talking_heads import commands
-from mtf_talking_heads import compat
-from mtf_talking_heads import dir_lock
-from mtf_talking_heads import gin_paths
+from mtf_talking_heads.core import compat
+from mtf_talking_heads.runtime import dir_lock
+from mtf_talking_heads.core import gin_paths
 
 
 def _existing_ancestor(path):
@@ -220,11 +220,11 @@ def forward_memory(model_dir, gin_files, gin_params, what):
   Raises:
     commands.UsageError: one line with both sizes and what to lower.
   """
-  from mtf_talking_heads import fit_check  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import memory  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import perf  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import planner  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import fit_check  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.core import gin_text  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import memory  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import perf  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import planner  # pylint: disable=g-import-not-at-top
   files = run_gin_files(model_dir, gin_files)
   try:
     config = gin_text.GinConfig(files, gin_params)
@@ -278,7 +278,7 @@ KNOWN_IMPORTS = ("mtf_talking_heads", "mesh_tensorflow", "t5", "seqio",
 def _registers_no_more(gin_files):
   """True when the gin files import only KNOWN_IMPORTS' modules (a gin
   `import my_tasks` may register tasks, as --module_import does)."""
-  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.core import gin_text  # pylint: disable=g-import-not-at-top
   try:
     imports = gin_text.GinConfig(gin_files).imports
   except (OSError, ValueError):
@@ -339,7 +339,7 @@ def mixture(model_dir, gin_files, gin_params, module_imports=()):
   --model_dir's model was trained with) and the bindings as text, without
   TensorFlow; a file gin itself cannot read is left to the command.
   """
-  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.core import gin_text  # pylint: disable=g-import-not-at-top
   files = run_gin_files(model_dir, gin_files)
   try:
     name = gin_text.GinConfig(files, gin_params).get("MIXTURE_NAME")
@@ -357,7 +357,7 @@ def _macros_by_file(path, gin_dir):
   Raises:
     ValueError: a missing include or an include cycle.
   """
-  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.core import gin_text  # pylint: disable=g-import-not-at-top
   config = gin_text.GinConfig([path], gin_dir=gin_dir)
   out = {}
   for name, origin in config.origins.items():

@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 
-from mtf_talking_heads import cluster as cluster_lib
+from mtf_talking_heads.runtime import cluster as cluster_lib
 from mtf_talking_heads import commands
 
 PROG = "mtf_th server"

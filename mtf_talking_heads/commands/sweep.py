@@ -204,8 +204,8 @@ def _make_sweep(args, sweep):
 def _check_layout_axes(job):
   """The layout's mesh axes against the mesh, before TensorFlow is loaded
   (the pre-flight checks its dims against the model's)."""
-  from mtf_talking_heads import gin_text  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import spec  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.core import gin_text  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.core import spec  # pylint: disable=g-import-not-at-top
   for row in job.rows:
     config = gin_text.GinConfig(job.row_files(row), job.row_params(row, 1))
     layout, mesh = config.get("layout"), config.get("mesh_shape")
@@ -217,7 +217,7 @@ def _check_layout_axes(job):
 
 def _cluster_flags(args):
   """--cluster / --devices_per_task, passed on to every train and eval."""
-  from mtf_talking_heads import cluster  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.runtime import cluster  # pylint: disable=g-import-not-at-top
   cluster.from_args(args, PROG, [])  # a bad value: one line, status 2
   if not args.cluster:
     return []
@@ -332,7 +332,7 @@ def _scaling(args, parser, argv):
   before matplotlib is imported.
   """
   import shlex  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.sweep import scaling  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.experiments.sweep import scaling  # pylint: disable=g-import-not-at-top
   defaults = vars(parser.parse_args([]))
   others = ["--" + k for k, v in sorted(vars(args).items())
             if k not in ("scaling", "scaling_heads", "output_dir")
@@ -370,7 +370,7 @@ def _interrupted(job, argv):
 
 def main(argv=None):
   argv = list(sys.argv[1:] if argv is None else argv)
-  from mtf_talking_heads import sweep  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.experiments import sweep  # pylint: disable=g-import-not-at-top
   parser = _build_parser()
   args = commands.parse(parser, argv)
   if isinstance(args, int):

@@ -21,7 +21,7 @@ import argparse
 import sys
 
 from mtf_talking_heads import commands
-from mtf_talking_heads import spec
+from mtf_talking_heads.core import spec
 from mtf_talking_heads.commands import prechecks
 
 PROG = "mtf_th train"
@@ -67,7 +67,7 @@ def use_cluster(prog, args, argv):
   Returns:
     0, or 2 after one line naming the bad flag or the unreachable task.
   """
-  from mtf_talking_heads import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.runtime import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
   try:
     active = cluster_lib.from_args(args, prog, argv)
     if active is not None:
@@ -88,7 +88,7 @@ def setup_logging(verbose):
       `mtf_th train` through the sweep).
   """
   import os  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads import compat  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.core import compat  # pylint: disable=g-import-not-at-top
   verbose = verbose or compat.verbose()
   if not verbose:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -254,7 +254,7 @@ def memory_check(args, training):
   """
   if args.tpu or getattr(args, "cluster", None):
     return
-  from mtf_talking_heads import fit_check  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import fit_check  # pylint: disable=g-import-not-at-top
   reason = fit_check.cpu_refusal(args.gin_file, args.gin_param)
   if reason:
     raise training.ConfigError(reason)

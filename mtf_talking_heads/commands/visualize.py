@@ -56,7 +56,7 @@ def main(argv=None):
   except commands.UsageError as e:
     print("%s: error: %s" % (PROG, e), file=sys.stderr)
     return 2
-  from mtf_talking_heads import visualize  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.experiments import visualize  # pylint: disable=g-import-not-at-top
   try:
     result = visualize.visualize(args.model_dir, args.output_dir,
                                  args.baseline)

@@ -14,7 +14,7 @@ glue_v002_proportional, super_glue_v102_proportional, squad_v010_allanswers).
 
 See docs/data.md.
 """
-from mtf_talking_heads import compat  # pylint: disable=unused-import  (first: mends t5/mtf imports)
+from mtf_talking_heads.core import compat  # pylint: disable=unused-import  (first: mends t5/mtf imports)
 from mtf_talking_heads.data import corpus  # pylint: disable=g-bad-import-order
 from mtf_talking_heads.data import vocab
 from mtf_talking_heads.data import tasks

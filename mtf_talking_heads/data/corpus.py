@@ -34,7 +34,7 @@ import time
 
 import gin
 
-from mtf_talking_heads import cache_paths
+from mtf_talking_heads.core import cache_paths
 from mtf_talking_heads.data import _stdlib_text
 
 CORPUS_VERSION = 1

@@ -8,7 +8,7 @@ Registered on import (the data package imports this module):
               order label predicted at the first position.
   th_sop      the same examples with only the label as target (every other
               target is -1, mtf's "no loss" value): scoring it gives the SOP
-              loss and accuracy (mtf_talking_heads.sop_eval).
+              loss and accuracy (mtf_talking_heads.experiments.sop_eval).
 
 One example (sop_mlm), from a document's token pieces:
 

@@ -17,8 +17,8 @@ from mesh_tensorflow.transformer import transformer
 from mesh_tensorflow.transformer import utils as mtf_utils
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads import compat
-from mtf_talking_heads import progress
+from mtf_talking_heads.core import compat
+from mtf_talking_heads.runtime import progress
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import settings as settings_lib
 

@@ -10,10 +10,10 @@ import difflib
 
 import mesh_tensorflow as mtf
 
-from mtf_talking_heads import models
-from mtf_talking_heads import optimizers
-from mtf_talking_heads import spec
-from mtf_talking_heads import validation
+from mtf_talking_heads.nn import models
+from mtf_talking_heads.nn import optimizers
+from mtf_talking_heads.core import spec
+from mtf_talking_heads.nn import validation
 from mtf_talking_heads.training import cluster as training_cluster
 from mtf_talking_heads.training import devices
 from mtf_talking_heads.training import errors

@@ -1,7 +1,7 @@
 """Training on TensorFlow servers (--cluster): session, pre-flight, faults.
 
 Owns what the estimator needs to run on the cluster that
-mtf_talking_heads.cluster describes (activated by the command): the session
+mtf_talking_heads.runtime.cluster describes (activated by the command): the session
 configuration (target task 0, isolated session state, deadlines), the
 pre-flight that asks the servers (devices, shared storage), the exact
 mesh-size check.  The one-line message for a task lost mid-run is
@@ -13,8 +13,8 @@ import uuid
 
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads import cluster as cluster_lib
-from mtf_talking_heads import compat
+from mtf_talking_heads.runtime import cluster as cluster_lib
+from mtf_talking_heads.core import compat
 from mtf_talking_heads.training import errors
 
 # A deadline for the pre-flight's calls to the servers.

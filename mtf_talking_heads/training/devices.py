@@ -7,9 +7,9 @@ devices a process may have.
 import gin
 import mesh_tensorflow as mtf
 
-from mtf_talking_heads import cluster as cluster_lib
-from mtf_talking_heads import compat
-from mtf_talking_heads import models
+from mtf_talking_heads.runtime import cluster as cluster_lib
+from mtf_talking_heads.core import compat
+from mtf_talking_heads.nn import models
 from mtf_talking_heads.training import errors
 
 DEFAULT_MAX_CPU_DEVICES = 64

@@ -13,8 +13,8 @@ from mesh_tensorflow.transformer import dataset as transformer_dataset
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads import compat
-from mtf_talking_heads import progress
+from mtf_talking_heads.core import compat
+from mtf_talking_heads.runtime import progress
 from mtf_talking_heads.training import checkpoints
 from mtf_talking_heads.training import checks
 from mtf_talking_heads.training import errors

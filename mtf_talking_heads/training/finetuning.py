@@ -14,9 +14,9 @@ import sys
 import gin
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads import models
-from mtf_talking_heads import optimizers
-from mtf_talking_heads import progress
+from mtf_talking_heads.nn import models
+from mtf_talking_heads.nn import optimizers
+from mtf_talking_heads.runtime import progress
 from mtf_talking_heads.training import checkpoints
 from mtf_talking_heads.training import checks
 from mtf_talking_heads.training import errors

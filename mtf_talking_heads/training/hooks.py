@@ -7,7 +7,7 @@ agree, and a resumed run follows the uninterrupted one.
 """
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads import compat
+from mtf_talking_heads.core import compat
 
 _WRITE_OPS = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
               "ResourceScatterAdd", "ResourceScatterUpdate")

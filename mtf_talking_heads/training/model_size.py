@@ -17,7 +17,7 @@ import mesh_tensorflow as mtf
 from mesh_tensorflow.transformer import utils as mtf_utils
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads import models
+from mtf_talking_heads.nn import models
 from mtf_talking_heads.training import settings as settings_lib
 
 def build_model(settings, layout_rules, mesh_shape):

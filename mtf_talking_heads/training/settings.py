@@ -11,10 +11,10 @@ import gin.tf  # pylint: disable=unused-import  (GinConfigSaverHook)
 import mesh_tensorflow as mtf
 from mesh_tensorflow.transformer import utils as mtf_utils
 
-from mtf_talking_heads import compat
-from mtf_talking_heads import gin_paths
-from mtf_talking_heads import layers  # pylint: disable=unused-import  (gin classes)
-from mtf_talking_heads import models
+from mtf_talking_heads.core import compat
+from mtf_talking_heads.core import gin_paths
+from mtf_talking_heads.nn import layers  # pylint: disable=unused-import  (gin classes)
+from mtf_talking_heads.nn import models
 from mtf_talking_heads.training import errors
 
 
@@ -66,7 +66,7 @@ def parse_gin(gin_files=(), gin_params=(), extra_params=()):
       except (ValueError, KeyError, TypeError, SyntaxError, ImportError) as e:
         raise errors.ConfigError("--gin_param %r: %s"
                                  % (param, _gin_message(e)))
-  from mtf_talking_heads import gin_checks  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.nn import gin_checks  # pylint: disable=g-import-not-at-top
   try:  # a misspelt macro, a binding nothing uses
     gin_checks.check_params(gin_params)
   except ValueError as e:
