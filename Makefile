@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # Two pytest-xdist workers, one test file at a time each (tests/conftest.py).
 XDIST := -n 2 --dist loadfile --no-loadscope-reorder
 
-.PHONY: all demo test test-fast test-onednn venv clean
+.PHONY: all demo test test-fast test-onednn lint venv clean
 
 all: test
 
@@ -30,7 +30,7 @@ demo: $(STAMP)
 
 # The whole suite (what CI runs), on TF's Eigen CPU kernels, with the
 # split strategies' cores run once more under oneDNN's kernels by
-# tests/test_onednn.py (a pytest process of its own with
+# tests/strategies/test_onednn.py (a pytest process of its own with
 # TF_ENABLE_ONEDNN_OPTS=1).  Each kernel path is pinned, because TF picks
 # oneDNN by itself on CPUs with AVX-512 (Intel, and newer AMD EPYC such as
 # the test machine of 2026-11-26).  The work is CPU-bound Python (graph
@@ -40,11 +40,16 @@ demo: $(STAMP)
 test: $(STAMP)
 	TF_ENABLE_ONEDNN_OPTS=0 $(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS) tests
 
+# pyflakes and bugbear over the whole checkout (ruff.toml says which rules
+# and why); a few seconds.  CI runs it before the tests.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
 # The split strategies' cores again with TF's oneDNN kernels forced on
-# (tests/test_onednn.py says which and why); `make test` runs that file
+# (tests/strategies/test_onednn.py says which and why); `make test` runs that file
 # among the others, this target alone.
 test-onednn: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS) tests/test_onednn.py
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS) tests/strategies/test_onednn.py
 
 # The quick loop while developing: every test except those marked slow
 # (the full sharding matrices, the real sweep, fine-tuning, stock t5 script).

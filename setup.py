@@ -85,7 +85,8 @@ setuptools.setup(
     py_modules=["mtf_talking_heads_startup"],
     python_requires=">=3.11,<3.12",
     install_requires=INSTALL_REQUIRES,
-    extras_require={"test": ["pytest==8.3.4", "pytest-timeout==2.3.1"]},
+    extras_require={"test": ["pytest==8.3.4", "pytest-timeout==2.3.1",
+                             "pytest-xdist==3.8.0", "ruff==0.17.6"]},
     cmdclass={"build_py": BuildPyWithGin,
               "editable_wheel": EditableWheelWithStartupPth},
     entry_points={"console_scripts": [

@@ -2,11 +2,11 @@
 
   PYTHONPATH=$PWD .venv/bin/python benchmarks/auto_choice.py
 
-For every row of every paper table (gin/experiments/*, perf.experiment_rows,
+For every row of every paper table (gin/experiments/*, model.experiment_rows,
 at the paper's batch), every attention placement that a split strategy can
 run, on the meshes launch/tpu.py gives a v3-8 and a v3-32 (model:8,
 batch:4 x model:8; also model:32, batch:2 x model:16) of tpu_v2 and tpu_v3:
-the strategy with the fewest predicted ring bytes (what sharding.Auto ran
+the strategy with the fewest predicted ring bytes (what strategies.Auto ran
 before it ranked by time) and what it runs now (planner.price_layer and
 planner.pick, with the row's memory.py prediction).  Prints one line per
 placement whose pick differs and a count.  TensorFlow is not imported:
@@ -17,9 +17,10 @@ import argparse
 import sys
 
 from mtf_talking_heads.core import gin_paths
-from mtf_talking_heads.estimate import perf
+from mtf_talking_heads.estimate import model as model_lib
 from mtf_talking_heads.estimate import planner
 from mtf_talking_heads.estimate import prices
+from mtf_talking_heads.estimate import strategy_table
 
 HARDWARE = ("tpu_v2", "tpu_v3")
 MESHES = ((1, 8), (4, 8), (1, 32), (2, 16))
@@ -35,7 +36,8 @@ def picks(model, att, n, m, groups, p, hardware):
   b = model.batch // groups
   rings = {s: prices.predict(s, dims, mesh, model.batch, n, model.d_model,
                              att.dynamic, "model", m)
-           for s in planner.STRATEGIES if planner.applies(s, att, b, n, p)}
+           for s in strategy_table.NAMES
+           if planner.applies(s, att, b, n, p)}
   by_bytes = min(rings, key=lambda s: (rings[s], list(rings).index(s)))
   priced = planner.price_layer(
       rings, att, model.d_model, n, m, b, p, hardware, model=model,
@@ -54,7 +56,7 @@ def main(argv=None):
   total = changed = 0
   for table in sorted(d for d in os.listdir(root)
                       if os.path.isdir(os.path.join(root, d))):
-    for name, _, model in perf.experiment_rows(table):
+    for name, _, model in model_lib.experiment_rows(table):
       for hardware in HARDWARE:
         for groups, p in MESHES:
           if model.batch % groups:

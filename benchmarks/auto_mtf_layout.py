@@ -31,7 +31,7 @@ searches the graph of N layers per stack instead of the row's own depth
 which).
 
 Each CSV row gives auto_mtf's choice (mesh, layout, its own estimate on the
-searched graph), the same choice priced by memory.py and perf.py (the
+searched graph), the same choice priced by memory.py and step_time.py (the
 planner's predictors) on HARDWARE when memory.py models its layout (batch
 on one axis; on the other the heads dims with d_ff and vocab, as
 gin/layouts lay them out), and the planner's first candidate (planner.plan:
@@ -49,7 +49,7 @@ import os
 import sys
 import time
 
-from mtf_talking_heads.core import compat  # pylint: disable=unused-import
+from mtf_talking_heads.core import compat  # noqa: F401  pylint: disable=unused-import
 
 ROWS = tuple("t5_heads/%s" % name for name in (
     "01_multi_head_6_128", "02_multi_head_12_64", "03_multi_head_24_32",
@@ -60,7 +60,7 @@ ROWS = tuple("t5_heads/%s" % name for name in (
 DEVICES = (8, 32)
 HARDWARE = "tpu_v3"
 # the graph is built as a TPU runs it (gin/mtf_th.gin's float32 default is
-# for CPU): memory.py's "mtf_th" implementation
+# for CPU): hardware.py's "mtf_th" implementation
 BUILD_PARAMS = ("activation_dtype = 'bfloat16'", "mesh_shape = 'model:1'")
 IMPLEMENTATION = "mtf_th"
 TIME_LIMIT = 600.0  # CP-SAT deterministic time units per mesh shape
@@ -127,8 +127,8 @@ class StepGraph(object):
   def __init__(self, row, layers=None):
     import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
     import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+    from mtf_talking_heads.estimate import model as model_lib  # pylint: disable=g-import-not-at-top
     from mtf_talking_heads.measure import memory_measure  # pylint: disable=g-import-not-at-top
-    from mtf_talking_heads.estimate import perf  # pylint: disable=g-import-not-at-top
     from mtf_talking_heads.training import model_size  # pylint: disable=g-import-not-at-top
     from mtf_talking_heads.training import settings as settings_lib  # pylint: disable=g-import-not-at-top
     params = gin_params(row) + (["num_layers = %d" % layers] if layers
@@ -136,8 +136,8 @@ class StepGraph(object):
     settings_lib.parse_gin(gin_files(row), list(BUILD_PARAMS) + params)
     settings = settings_lib.Settings()
     self.vocab = settings_lib.vocab_size()
-    self.optimizer = perf.model_from_gin(gin_files(row), params,
-                                         vocab=self.vocab).optimizer
+    self.optimizer = model_lib.model_from_gin(gin_files(row), params,
+                                              vocab=self.vocab).optimizer
     model = model_size.build_model(settings, settings.layout,
                                    settings.mesh_shape)
     self.graph = tf.Graph()
@@ -385,22 +385,25 @@ def planner_mesh(layout, mesh):
 
 
 def price(model, mesh_shape, dims, dropout=False):
-  """(memory.py bytes, perf.py step seconds or None) of a heads-parallel
+  """(memory.py bytes, step_time.py seconds or None) of a heads-parallel
   model on mesh_shape with `dims` on its model axis, with attention
   dropout's mask if `dropout`; the step time only when that is the
-  planner's layout (perf.py prices no other)."""
+  planner's layout (step_time.py prices no other)."""
+  from mtf_talking_heads.estimate import hardware  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.estimate import memory  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.estimate import perf  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import model as model_lib  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.estimate import planner  # pylint: disable=g-import-not-at-top
-  p = perf.parse_mesh(mesh_shape)["model"]
+  from mtf_talking_heads.estimate import step_time  # pylint: disable=g-import-not-at-top
+  p = model_lib.parse_mesh(mesh_shape)["model"]
   rules = ",".join(["batch:batch"] + ["%s:model" % d for d in dims])
   total = memory.predict(model, mesh_shape, IMPLEMENTATION, dropout=dropout,
                          layout=rules)["total"]
   planned = {r for r in planner.layout(model, p).split(",")}
   step = None
   if p == 1 or set(rules.split(",")) == planned:
-    step = perf.predict(model, perf.get_hardware(HARDWARE), mesh_shape,
-                        memory.implementation(IMPLEMENTATION))["step_s"]
+    step = step_time.predict(model, hardware.get_hardware(HARDWARE),
+                             mesh_shape,
+                             hardware.implementation(IMPLEMENTATION))["step_s"]
   return total, step
 
 
@@ -408,15 +411,15 @@ def case_row(row, devices, layers, graph, search, build_s, time_limit):
   """The CSV values of one (row, devices) case, auto_mtf's search on the
   graph of `layers` layers per stack ("all": the row's own), both choices
   priced on the row's own model."""
-  from mtf_talking_heads.estimate import perf  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import model as model_lib  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.estimate import planner  # pylint: disable=g-import-not-at-top
   start, search.statuses = time.process_time(), []
   search.model_s = search.solve_s = search.units = 0.0
   found = search.run(devices)
   search_s = time.process_time() - start
   from mtf_talking_heads.commands import plan as plan_command  # pylint: disable=g-import-not-at-top
-  model = perf.model_from_gin(gin_files(row), gin_params(row),
-                              vocab=graph.vocab)
+  model = model_lib.model_from_gin(gin_files(row), gin_params(row),
+                                   vocab=graph.vocab)
   # as `mtf_th plan` reads it: dropout keeps a mask and rules out
   # recomputing the core (BERT's 0.1)
   dropout = plan_command.dropout_on(gin_files(row), gin_params(row))

@@ -14,9 +14,9 @@ cores TensorFlow uses by default:
 Each figure is the median of --repeats timed calls inside one compiled
 tf.function (after a warm-up call), so Python overhead is not counted.
 --write stores them, with the date, the CPU model, the core count and the
-load average seen, in mtf_talking_heads/estimate/perf_cpu.py, which perf.py reads
-for `--hardware cpu`.  The machine is shared: run it when nothing else
-runs, or read the load average it records.
+load average seen, in mtf_talking_heads/estimate/cpu_calibration.py, which
+hardware.py reads for `--hardware cpu`.  The machine is shared: run it when
+nothing else runs, or read the load average it records.
 """
 import argparse
 import datetime
@@ -27,7 +27,7 @@ import sys
 import time
 
 OUTPUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))), "mtf_talking_heads", "estimate", "perf_cpu.py")
+    __file__))), "mtf_talking_heads", "estimate", "cpu_calibration.py")
 
 TEMPLATE = '''"""This machine's figures for `mtf_th perf --hardware cpu`.
 

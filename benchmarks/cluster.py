@@ -36,10 +36,10 @@ compat.split_cpu(4)
 
 import tensorflow.compat.v1 as tf  # noqa: E402
 
-from mtf_talking_heads.runtime import cluster  # noqa: E402
 from mtf_talking_heads import commands  # noqa: E402
 from mtf_talking_heads.measure import harness  # noqa: E402
 from mtf_talking_heads.nn import layers  # noqa: E402
+from mtf_talking_heads.runtime import cluster  # noqa: E402
 from mtf_talking_heads.training import cluster as training_cluster  # noqa: E402
 
 DIMS = dict(heads=4, d_k=16, d_v=16, d_model=64, length=32, batch=8)

@@ -22,7 +22,6 @@ optimizer) against memory.predict_forward, the figure `mtf_th eval` and
 """
 import argparse
 import csv
-import io
 import os
 import statistics
 import subprocess

@@ -5,7 +5,7 @@
   .venv/bin/python benchmarks/sharding.py --part time --repeats 9
 
 1. Communication (markdown): multi-head vs talking heads under each strategy
-   of sharding.STRATEGIES, on model:2, model:4, model:8 and batch:2 x model:4,
+   of strategies.STRATEGIES, on model:2, model:4, model:8 and batch:2 x model:4,
    for the t5.1.th.base dims (h_k = h = h_v = 24, d_k = d_v = 32, batch 8)
    and the paper's BERT row (768 heads, d_k = d_v = 1, batch 1; batch 2 on
    batch:2 x model:4, the least that mesh can split), d_model 768, length 512, measured with comm.measure (the `mtf_th comm` unit: one
@@ -34,12 +34,12 @@ compat.split_cpu(8)
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from mesh_tensorflow.transformer import transformer_layers
 
-from mtf_talking_heads.measure import comm
+from mtf_talking_heads.core import spec
 from mtf_talking_heads.estimate import costs
+from mtf_talking_heads.measure import comm
 from mtf_talking_heads.measure import harness
 from mtf_talking_heads.nn import layers
-from mtf_talking_heads.nn import sharding
-from mtf_talking_heads.core import spec
+from mtf_talking_heads.nn import strategies
 
 # batch 1 cannot be split over a "batch" mesh axis: there the 768-heads
 # rows use the smallest batch that can (2), and say so.
@@ -66,14 +66,14 @@ def comm_table(out=sys.stdout):
     for mesh in MESHES:
       base = None
       batch = dims["batch"]
-      for d in sharding.MeshLayout(mesh, "").mesh_shape.dims:
+      for d in strategies.MeshLayout(mesh, "").mesh_shape.dims:
         if d.name == "batch" and batch % d.size:
           batch = d.size
       label = "%s, batch %d" % (dims_name, batch)
       for variant in VARIANTS:
         config = comm.make_config(variant, dims["heads"], dims["d_k"],
                                   dims["d_v"], D_MODEL, LENGTH, batch)
-        for name in sharding.STRATEGIES:
+        for name in strategies.STRATEGIES:
           try:
             r = comm.measure(config, name, mesh)
           except ValueError as e:
@@ -109,7 +109,7 @@ def _timing_layers():
                                                       d_v=32),
       "TH (ours)": lambda: layers.TalkingHeadsAttention(**th),
       "TH (ours, paper layout)": lambda: layers.TalkingHeadsAttention(
-          strategy=sharding.HeadsParallel(ordered=False), **th),
+          strategy=strategies.HeadsParallel(ordered=False), **th),
       "MHA (mtf 0.1.21)": lambda: transformer_layers.SelfAttention(
           num_heads=24, key_value_size=32),
       "TH (mtf 0.1.21)": lambda: transformer_layers.TalkingHeadsSelfAttention(
@@ -124,7 +124,7 @@ class ProjectionEinsums(object):
 
   L = P_l J, U = P_w W (forward), dJ = P_l dL, dW = P_w dU, dP_l = J dL^T,
   dP_w = W dU^T (backward), on random float32 tensors laid out as
-  sharding.ordered_core lays them out ([batch, heads, n, m]); one session
+  kernels.ordered_core lays them out ([batch, heads, n, m]); one session
   run of all six.  Their time over the multi-head step bounds from below
   what talking heads can cost on this machine.
   """

@@ -37,12 +37,12 @@ import time
 from mtf_talking_heads.core import compat  # noqa: F401  (stack fixes first)
 from mesh_tensorflow.transformer import transformer_layers
 
-from mtf_talking_heads.experiments import comparison
+from mtf_talking_heads.core import spec
 from mtf_talking_heads.estimate import costs
+from mtf_talking_heads.experiments import comparison
+from mtf_talking_heads.experiments import sweep
 from mtf_talking_heads.measure import harness
 from mtf_talking_heads.nn import layers
-from mtf_talking_heads.core import spec
-from mtf_talking_heads.experiments import sweep
 
 D_MODEL, D_FF, LENGTH, BATCH, VOCAB, NUM_LAYERS = 128, 512, 128, 16, 384, 2
 TABLES = ("lm_heads", "lm_variants", "encdec_heads")

@@ -141,7 +141,7 @@ def runtime_version(accelerator):
 
 
 def hardware_of(accelerator):
-  """perf.py's hardware name of an accelerator type, e.g. v3-32: tpu_v3."""
+  """hardware.py's name of an accelerator type, e.g. v3-32: tpu_v3."""
   return "tpu_v%s" % accelerator[1]
 
 
@@ -228,12 +228,12 @@ def preflight(args):
     ValueError: with the check's message.
   """
   try:
-    from mtf_talking_heads.core import compat  # pylint: disable=g-import-not-at-top,unused-import  (first: quiet, fixed imports)
+    from mtf_talking_heads.core import compat  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (first: quiet, fixed imports)
     from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
   except ImportError as e:
     raise ValueError("the pre-flight needs mtf_talking_heads importable "
                      "(run launch/tpu.py with the repository's "
-                     ".venv/bin/python): %s" % e)
+                     ".venv/bin/python): %s" % e) from e
   files, params = gin_args(args)
   extra = (["utils.run.train_steps = %d" % args.train_steps]
            if args.train_steps else [])
@@ -242,7 +242,7 @@ def preflight(args):
     training.preflight(tpu=args.name)
   except training.ConfigError as e:
     raise ValueError("pre-flight of mtf_th train for %s --parallelism %s: %s"
-                     % (args.accelerator, args.parallelism, e))
+                     % (args.accelerator, args.parallelism, e)) from e
   from mtf_talking_heads.estimate import fit_check  # pylint: disable=g-import-not-at-top
   line = fit_check.warning("launch/tpu.py", files, params,
                            hardware_of(args.accelerator),

@@ -11,8 +11,10 @@ __version__ = "0.1.0"
 
 if not getattr(_sys.modules.get("mtf_talking_heads_startup"),
                "LIGHT_PACKAGE_IMPORT", False):
-  from mtf_talking_heads.core import compat  # must come first: fixes `import mesh_tensorflow`
-  from mtf_talking_heads.nn import attention  # pylint: disable=g-bad-import-order
-  from mtf_talking_heads.nn import layers
-  from mtf_talking_heads.nn import recompute  # mtf_th.RecomputeCore
-  from mtf_talking_heads.nn import models  # puts the repository's gin/ on gin's search path
+  # Registration imports (noqa: F401): each one's import is its effect.
+  # compat must come first: it fixes `import mesh_tensorflow`.
+  from mtf_talking_heads.core import compat  # noqa: F401
+  from mtf_talking_heads.nn import attention  # noqa: F401  pylint: disable=g-bad-import-order
+  from mtf_talking_heads.nn import layers  # noqa: F401  the mtf_th.* gin classes
+  from mtf_talking_heads.nn import models  # noqa: F401  gin/ on gin's search path
+  from mtf_talking_heads.nn import strategies  # noqa: F401  the mtf_th.* strategies

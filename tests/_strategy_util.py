@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads.measure import comm
 from mtf_talking_heads.core import compat
+from mtf_talking_heads.measure import comm
 from mtf_talking_heads.measure import harness
 from mtf_talking_heads.nn import layers
-from mtf_talking_heads.nn import sharding
+from mtf_talking_heads.nn import strategies
 
 D_MODEL, VOCAB, BATCH, LENGTH = 16, 32, 8, 8
 
@@ -94,7 +94,7 @@ def make_layer(model, strategy):
 
 def impl_cls(mesh_shape):
   """PointToPointMeshImpl for 8 devices, else None (mtf's default ring)."""
-  size = sharding.MeshLayout(mesh_shape, "").mesh_shape.size
+  size = strategies.MeshLayout(mesh_shape, "").mesh_shape.size
   return comm.PointToPointMeshImpl if size == 8 else None
 
 

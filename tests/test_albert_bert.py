@@ -19,12 +19,12 @@ import pytest
 import seqio
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads.nn import models
-from mtf_talking_heads.nn import optimizers
-from mtf_talking_heads.experiments import sop_eval
 from mtf_talking_heads import training
 from mtf_talking_heads.data import sop
 from mtf_talking_heads.data import vocab
+from mtf_talking_heads.experiments import sop_eval
+from mtf_talking_heads.nn import models
+from mtf_talking_heads.nn import optimizers
 
 LENGTH = 64
 

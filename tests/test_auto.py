@@ -1,4 +1,4 @@
-"""sharding.Auto: it picks the strategy that mtf's counters say is cheapest.
+"""strategies.Auto: it picks the strategy that mtf's counters say is cheapest.
 
 For each point of a grid of meshes x batches (tiny layers: talking heads
 h_k = h_v = 8, h = 4, multi-head 4 heads; d_k = 2, d_v = 3, d_model 8,
@@ -6,7 +6,7 @@ length 8) every strategy that applies is lowered in `mtf_th comm`'s unit
 (comm.measure) and
 
   1. Auto's pick has the fewest measured ring bytes per device;
-  2. measured minus predicted (sharding.predict_ring_elements, what Auto
+  2. measured minus predicted (prices.ring_elements, what Auto
      ranks by) is one constant per grid point: the formulas price every
      strategy's own traffic exactly, and leave out only what all of them
      send alike (data-parallel gradients of the rest of the model);
@@ -25,14 +25,16 @@ import gin
 import numpy as np
 import pytest
 
+from mtf_talking_heads import training
+from mtf_talking_heads.commands import comm as comm_command
+from mtf_talking_heads.estimate import auto_pricing
+from mtf_talking_heads.estimate import model as model_lib
+from mtf_talking_heads.estimate import planner
 from mtf_talking_heads.measure import comm
 from mtf_talking_heads.measure import harness
 from mtf_talking_heads.nn import layers
-from mtf_talking_heads.estimate import perf
-from mtf_talking_heads.estimate import planner
-from mtf_talking_heads.nn import sharding
-from mtf_talking_heads import training
-from mtf_talking_heads.commands import comm as comm_command
+from mtf_talking_heads.nn import live_gin
+from mtf_talking_heads.nn import strategies
 import _strategy_util as su
 
 DIMS = dict(d_k=2, d_v=3, d_model=8, length=8)
@@ -63,7 +65,7 @@ def test_auto_picks_the_measured_cheapest(variant, mesh, batch):
   assert picked == GRID[variant, mesh, batch]
   measured = {picked: auto["ring_bytes_per_device"]}
   work = {picked: (auto["einsum"], auto["einsum_unique"])}
-  for name in sharding.STRATEGIES:
+  for name in strategies.STRATEGIES:
     if name == picked:
       continue
     try:
@@ -87,9 +89,9 @@ def test_auto_picks_the_measured_cheapest(variant, mesh, batch):
 
 
 def test_auto_is_the_default_and_gin_selectable():
-  assert isinstance(layers.TalkingHeadsAttention().strategy, sharding.Auto)
+  assert isinstance(layers.TalkingHeadsAttention().strategy, strategies.Auto)
   assert isinstance(layers.MultiHeadEncoderAttention().strategy,
-                    sharding.Auto)
+                    strategies.Auto)
   with gin.unlock_config():
     gin.parse_config(
         "auto_test/mtf_th.TalkingHeadsAttention.strategy = @mtf_th.Auto()\n"
@@ -103,7 +105,7 @@ def test_auto_is_the_default_and_gin_selectable():
 
 def test_auto_without_its_axis_or_rule_stays_heads_parallel():
   dims = layers.TalkingHeadsAttention(heads_k=4, heads=8, heads_v=4).dims
-  auto = sharding.Auto()
+  auto = strategies.Auto()
   for mesh_shape, layout, add_rule in [
       ("batch:8", "batch:batch;core_shard:model", True),
       # a layout Auto may not add to (not an mtf.LayoutRules of the model)
@@ -112,7 +114,7 @@ def test_auto_without_its_axis_or_rule_stays_heads_parallel():
       ("model:1", "batch:batch;d_ff:model;heads:model;vocab:model;"
        "core_shard:model", True)]:
     chosen, predicted, table = auto.choose(
-        dims, sharding.MeshLayout(mesh_shape, layout), 8, 8, 8,
+        dims, strategies.MeshLayout(mesh_shape, layout), 8, 8, 8,
         add_rule=add_rule)
     assert chosen.name == "heads_parallel", table
     if mesh_shape == "model:4":
@@ -123,14 +125,14 @@ def test_auto_without_its_axis_or_rule_stays_heads_parallel():
 
 def test_auto_prices_with_its_rule_added():
   dims = layers.TalkingHeadsAttention(heads_k=4, heads=8, heads_v=4).dims
-  auto = sharding.Auto()
-  plain = sharding.MeshLayout("model:4", "heads_k:model;heads_v:model")
-  ruled = sharding.MeshLayout("model:4",
+  auto = strategies.Auto()
+  plain = strategies.MeshLayout("model:4", "heads_k:model;heads_v:model")
+  ruled = strategies.MeshLayout("model:4",
                               "heads_k:model;heads_v:model;core_shard:model")
   assert auto.with_rule(plain).rules._pairs == ruled.rules._pairs  # pylint: disable=protected-access
   assert auto.with_rule(ruled) is ruled
   # core_shard already on another axis: left as the user wrote it
-  other = sharding.MeshLayout("batch:2;model:2", "core_shard:batch")
+  other = strategies.MeshLayout("batch:2;model:2", "core_shard:batch")
   assert auto.with_rule(other) is other
   assert (auto.choose(dims, plain, 8, 8, 8)[2] ==
           auto.choose(dims, ruled, 8, 8, 8)[2])
@@ -143,13 +145,13 @@ def test_auto_adds_its_rule_to_the_model_layout_and_matches_one_device():
   def layer(strategy):
     return layers.TalkingHeadsAttention(heads_k=4, heads=2, heads_v=4, d_k=2,
                                         d_v=2, strategy=strategy)
-  auto = sharding.Auto()
+  auto = strategies.Auto()
   kwargs = dict(d_model=8, vocab=16, batch=8, length=8,
                 config=su.session_config())
   split_layer = layer(auto)
   sharded = harness.Harness([split_layer], mesh_shape="model:2",
                             layout="heads_k:model;heads_v:model", **kwargs)
-  one = harness.Harness([layer(sharding.HeadsParallel(ordered=False))],
+  one = harness.Harness([layer(strategies.HeadsParallel(ordered=False))],
                         **kwargs)
   try:
     assert auto.picked == "batch_split_gathered"
@@ -171,9 +173,9 @@ def test_auto_adds_its_rule_to_the_model_layout_and_matches_one_device():
 
 def test_auto_refuses_bad_candidates():
   with pytest.raises(ValueError, match="candidates.*'no_such'"):
-    sharding.Auto(candidates=("no_such",))
+    strategies.Auto(candidates=("no_such",))
   with pytest.raises(ValueError, match="candidates"):
-    sharding.Auto(candidates=())
+    strategies.Auto(candidates=())
 
 
 def test_cli_auto_prints_choice_and_predictions(capsys):
@@ -193,22 +195,22 @@ def test_cli_auto_prints_choice_and_predictions(capsys):
 
 
 def test_log_line_names_a_different_memory_length():
-  mesh = sharding.MeshLayout("model:2", "core_shard:model")
+  mesh = strategies.MeshLayout("model:2", "core_shard:model")
   table = {"heads_parallel": 8.0, "batch_split": "n/a reason"}
-  line = sharding.describe_choice("TalkingHeadsEncoderAttention", mesh, 8,
-                                  14, "heads_parallel", 8.0, table, 64)
+  line = auto_pricing.describe_choice("TalkingHeadsEncoderAttention", mesh,
+                                      8, 14, "heads_parallel", 8.0, table, 64)
   assert line == ("mtf_th.Auto: TalkingHeadsEncoderAttention on model:2, "
                   "batch 8, length 14, memory length 64: heads_parallel, 8 "
                   "bytes/device predicted (batch_split n/a)")
-  assert "memory length" not in sharding.describe_choice(
+  assert "memory length" not in auto_pricing.describe_choice(
       "TalkingHeadsAttention", mesh, 8, 14, "heads_parallel", 8.0, table, 14)
 
 
 def _project_logits(heads, d_k, mesh_shape, hardware):
-  auto = sharding.Auto(hardware=hardware)
+  auto = strategies.Auto(hardware=hardware)
   layer = layers.ProjectLogitsAttention(heads_k=heads, heads=heads, d_k=d_k,
                                         d_v=d_k, strategy=auto)
-  mesh = sharding.MeshLayout(mesh_shape, comm.full_layout(
+  mesh = strategies.MeshLayout(mesh_shape, comm.full_layout(
       comm.default_layout(layer, mesh_shape), auto.layout_rules()))
   return auto, layer, mesh
 
@@ -225,8 +227,8 @@ def test_auto_picks_by_time_then_memory_as_the_planner_does():
   att = planner.attention_of(layer.dims)
   for layers_, picked, note in [(25, "batch_query_split", None),
                                 (60, "batch_query_split", "smallest")]:
-    model = perf.make_model("lm", layers_, 768, 3072, 32128, 2, 2048, 2048,
-                            dec_self=att, relative_bias=False)
+    model = model_lib.make_model("lm", layers_, 768, 3072, 32128, 2, 2048,
+                                 2048, dec_self=att, relative_bias=False)
     chosen, _, _ = auto.choose(layer.dims, mesh, 2, 2048, 768, model=model)
     assert chosen.name == picked
     if note is None:  # query_split is faster but does not fit
@@ -238,7 +240,7 @@ def test_auto_picks_by_time_then_memory_as_the_planner_does():
           r"smallest \(\d+\.\d\d GiB per device\); see mtf_th plan",
           auto.note), auto.note
   with pytest.raises(ValueError, match="tpu_v9"):
-    sharding.Auto(hardware="tpu_v9")
+    strategies.Auto(hardware="tpu_v9")
 
 
 def test_auto_reads_the_model_from_the_parsed_gin_files():
@@ -246,18 +248,18 @@ def test_auto_reads_the_model_from_the_parsed_gin_files():
            "models/t5_tiny.gin"]
   training.parse_gin(files, ["batch_size = 4"])
   try:
-    assert planner.model_from_live_gin(32128) == perf.model_from_gin(
+    assert live_gin.model_from_live_gin(32128) == model_lib.model_from_gin(
         files, ["batch_size = 4"])
-    assert planner.model_from_live_gin(32128, batch=2).batch == 2
+    assert live_gin.model_from_live_gin(32128, batch=2).batch == 2
     # Auto uses it only for a layer of that model
-    model = planner.model_from_live_gin(32128)
+    model = live_gin.model_from_live_gin(32128)
     att, d, n = model.enc_self, model.d_model, model.inputs_length
-    assert planner.model_for_layer(32128, 4, att, d, n) == model
-    assert planner.model_for_layer(32128, 4, att, d + 1, n) is None
-    assert planner.model_for_layer(32128, 4, att._replace(heads=3), d,
-                                   n) is None
+    assert live_gin.model_for_layer(32128, 4, att, d, n) == model
+    assert live_gin.model_for_layer(32128, 4, att, d + 1, n) is None
+    assert live_gin.model_for_layer(32128, 4, att._replace(heads=3), d,
+                                    n) is None
   finally:  # training.parse_gin cleared mtf's defaults: as conftest does
     with gin.unlock_config():
       gin.clear_config()
     harness.parse_mtf_defaults.done = False
-  assert planner.model_from_live_gin(32128) is None  # nothing parsed
+  assert live_gin.model_from_live_gin(32128) is None  # nothing parsed

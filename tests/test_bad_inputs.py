@@ -44,7 +44,7 @@ SMALL = ["--gin_param", "num_layers = 1", "--gin_param", "d_model = 32",
 def _make_read_only(path):
   """chmod a-w, and for root (whom mode bits do not stop) chattr +i: then
   nobody can create a file there.  False where neither works."""
-  for root, dirs, files in os.walk(path):
+  for root, _, files in os.walk(path):
     for name in files:
       os.chmod(os.path.join(root, name), 0o444)
   os.chmod(path, 0o555)
@@ -423,8 +423,8 @@ def test_comm_help_needs_no_tensorflow():
 
 def test_comm_names_agree_with_sharding_and_comm():
   from mtf_talking_heads.measure import comm  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.nn import sharding  # pylint: disable=g-import-not-at-top
-  assert comm_command.STRATEGY_NAMES == tuple(sharding.STRATEGIES)
+  from mtf_talking_heads.nn import strategies  # pylint: disable=g-import-not-at-top
+  assert comm_command.STRATEGY_NAMES == tuple(strategies.STRATEGIES)
   assert comm_command.VARIANTS == tuple(comm.VARIANTS)
 
 
@@ -450,10 +450,10 @@ def test_eval_and_decode_memory_is_one_forward_pass():
   """memory.predict_forward: weights and one forward pass's live tensors,
   not a training step's (which would refuse evals that fit)."""
   from mtf_talking_heads.estimate import memory  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.estimate import perf  # pylint: disable=g-import-not-at-top
-  att = perf.make_attention("talking_heads", 4, 16, heads_k=4, heads_v=4)
-  lm = perf.make_model("lm", 2, 32, 64, 128, 8, 32, 32, dec_self=att,
-                       relative_bias=False)
+  from mtf_talking_heads.estimate import model as model_lib  # pylint: disable=g-import-not-at-top
+  att = model_lib.make_attention("talking_heads", 4, 16, heads_k=4, heads_v=4)
+  lm = model_lib.make_model("lm", 2, 32, 64, 128, 8, 32, 32, dec_self=att,
+                            relative_bias=False)
   forward = memory.predict_forward(lm, "batch:1", "mtf_th_float32")
   # the attention layer at its core: X, Q, K, V and two n x m x heads
   # tensors
@@ -463,7 +463,7 @@ def test_eval_and_decode_memory_is_one_forward_pass():
                                               "mtf_th_float32")["weights"]
   # the base T5 of the scale-file-first mistake: training needs ~204 GiB
   # per device (refused above), its eval ~7.6 GiB (fits 24 GiB of RAM)
-  base = perf.model_from_gin(
+  base = model_lib.model_from_gin(
       ["experiments/t5_heads/07_talking_heads_24_32.gin"])
   gib = memory.predict_forward(base, "model:1",
                                "mtf_th_float32")["total"] / memory.GiB

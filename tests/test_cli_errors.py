@@ -164,8 +164,8 @@ def test_cli_eval_without_checkpoint_exits_2(tmp_path):
 
 
 def test_cli_usage_error_exits_2(tmp_path, capsys):
-  from mtf_talking_heads.commands import train as train_command
   from mtf_talking_heads.commands import evaluate as eval_command
+  from mtf_talking_heads.commands import train as train_command
   assert train_command.main(["--model_dir", str(tmp_path / "m"),
                              "--train_steps", "zero"]) == 2
   assert eval_command.main(["--checkpoint_steps", "1"]) == 2

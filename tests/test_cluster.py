@@ -28,9 +28,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import _equiv_util as eu
-from mtf_talking_heads.runtime import cluster
 from mtf_talking_heads.measure import harness
 from mtf_talking_heads.nn import layers
+from mtf_talking_heads.runtime import cluster
 from mtf_talking_heads.training import cluster as training_cluster
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -330,14 +330,14 @@ def test_no_memory_refusal_about_the_client_on_a_cluster():
   arguments refused without --cluster)."""
   import argparse  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.commands import train  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.commands import common  # pylint: disable=g-import-not-at-top
   args = argparse.Namespace(gin_file=["models/t5_base.gin"],
                             gin_param=["batch_size = 65536"], tpu=None,
                             cluster="h0:2222,h1:2222")
-  train.memory_check(args, training)  # no error
+  common.memory_check(args, training)  # no error
   args.cluster = None
   with pytest.raises(training.ConfigError, match="predicted"):
-    train.memory_check(args, training)
+    common.memory_check(args, training)
 
 
 def test_mesh_size_mismatch_refused_in_the_preflight():

@@ -27,8 +27,8 @@ and ring bytes per device = 4 (P-1)/P (2 allreduce + alltoall + allconcat)/N.
 import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 import pytest
 
-from mtf_talking_heads.measure import comm
 from mtf_talking_heads.commands import comm as comm_command
+from mtf_talking_heads.measure import comm
 
 B, N, D, H, DK, P = 8, 8, 8, 4, 2, 4
 X = B * N * D
@@ -215,9 +215,9 @@ def test_cli_errors_exit_2_naming_the_problem(capsys, argv, words):
 def test_batch_split_keeps_every_attention_weight_sharded():
   """Each device stores 1/P of P_q, P_k, P_v, P_o (and P_l, P_w)."""
   from mtf_talking_heads.measure import harness  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.nn import sharding  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.nn import strategies  # pylint: disable=g-import-not-at-top
   config = comm.make_config("talking_heads", H, DK, DK, D, N, B)
-  strategy = sharding.BatchSplit()
+  strategy = strategies.BatchSplit()
   layer = comm.make_layer(config, strategy)
   layout = comm.full_layout(comm.default_layout(layer, MESH), strategy.layout_rules())
   run = harness.Harness([layer], d_model=D, vocab=16, batch=B, length=N,

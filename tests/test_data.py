@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-import mtf_talking_heads.core.compat  # pylint: disable=unused-import  (first)
+import mtf_talking_heads.core.compat  # noqa: F401  pylint: disable=unused-import  (first)
 from mtf_talking_heads.data import corpus
 from mtf_talking_heads.data import tasks
 from mtf_talking_heads.data import vocab

@@ -20,9 +20,10 @@ import time
 import pytest
 
 import _cli_util
-from mtf_talking_heads.runtime import dir_lock
+from mtf_talking_heads import commands
+from mtf_talking_heads.commands import common
 from mtf_talking_heads.commands import prechecks
-from mtf_talking_heads.commands import train as train_command
+from mtf_talking_heads.runtime import dir_lock
 
 T5 = ["--gin_file", "experiments/t5_heads/07_talking_heads_24_32.gin",
       "--gin_file", "models/t5_tiny.gin"]
@@ -50,9 +51,9 @@ def test_second_writer_is_refused_before_tensorflow(tmp_path):
                             "--pretrained_model_dir", model_dir] + T5)
     assert result.code == 2 and "in use by PID %d" % holder.pid in (
         result.stderr) and result.tensorflow is False
-    args = train_command.commands.ArgumentParser()
-    train_command.add_common_flags(args)
-    train_command.check_common(
+    args = commands.ArgumentParser()
+    common.add_common_flags(args)
+    common.check_common(
         args.parse_args(["--model_dir", model_dir]), writes=False,
         purpose="eval_results.csv")
     assert (os.listdir(model_dir), open(lock).read()) == before

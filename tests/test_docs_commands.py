@@ -348,8 +348,8 @@ def _check_names(cmd, parser):
   """Flags, --paper_table and --gin_file values of cmd name real things."""
   tokens = cmd.raw_argv
   _check_flag_names(cmd, parser, tokens)
-  from mtf_talking_heads.experiments import sweep  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.experiments import sweep  # pylint: disable=g-import-not-at-top
   for table in _values(tokens, "--paper_table"):
     if re.match(r"^[a-z0-9_]+$", table):
       assert table in sweep.paper_table_names(), (
@@ -469,7 +469,7 @@ def _check_mtf_th(cmd, argv, capsys, tmp_path, monkeypatch):
     assert sub in cli.COMMANDS, "%s\n  unknown mtf_th command %r" % (cmd, sub)
   parsers = {sub: _capture_parser(_subcommand_main(sub), []) for sub in subs}
   if cmd.inline or cmd.placeholders or len(subs) > 1:
-    for sub, parser in parsers.items():
+    for parser in parsers.values():
       _check_names(cmd, parser)
     return
   sub = subs[0]
@@ -730,7 +730,7 @@ def _run_batch(cmds, cwd, timeout=1800):
                         cwd=cwd, capture_output=True, text=True,
                         timeout=timeout)
   outputs = []
-  for cmd, (argv, _, out, err) in zip(cmds, jobs):
+  for _, (_, _, out, err) in zip(cmds, jobs):
     if not os.path.exists(err):
       break
     with open(out) as o, open(err) as e:

@@ -2,10 +2,10 @@
 
 Every table row printed by an `mtf_th comm` command on the page (the row's
 variant, strategy and mesh, the command's dims) is priced with
-comm.predict (sharding.predict_ring_elements, the formulas Auto ranks by):
+comm.predict (prices.ring_elements, the formulas Auto ranks by):
 on a one-axis mesh nothing else is sent, so the row's ring bytes per device
 must equal the prediction exactly.  The Auto log line shown under "Using a
-strategy" is the one sharding.describe_choice writes for its configuration.
+strategy" is the one auto_pricing.describe_choice writes for its configuration.
 (tests/test_docs_commands.py parses every command; its slow test runs the
 first one and compares the table; no graph is built here.)
 """
@@ -15,8 +15,9 @@ import shlex
 
 import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 
+from mtf_talking_heads.estimate import auto_pricing
 from mtf_talking_heads.measure import comm
-from mtf_talking_heads.nn import sharding
+from mtf_talking_heads.nn import strategies
 
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))), "docs", "sharding.md")
@@ -78,10 +79,10 @@ def test_the_auto_log_line_shown_is_the_one_written():
   shown, = re.findall(r"^mtf_th\.Auto: .*$", text, re.M)
   config = comm.make_config("talking_heads", 24, 32, 32, 768, 512, 2,
                             heads_k=24, heads_v=24)
-  auto = sharding.Auto()
+  auto = strategies.Auto()
   layer = comm.make_layer(config, auto)
-  mesh = sharding.MeshLayout("model:8", comm.full_layout(
+  mesh = strategies.MeshLayout("model:8", comm.full_layout(
       comm.default_layout(layer, "model:8"), auto.layout_rules()))
   chosen, predicted, table = auto.choose(layer.dims, mesh, 2, 512, 768)
-  assert shown == sharding.describe_choice(
+  assert shown == auto_pricing.describe_choice(
       "TalkingHeadsAttention", mesh, 2, 512, chosen.name, predicted, table)

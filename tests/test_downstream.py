@@ -18,10 +18,10 @@ from t5.evaluation import qa_utils
 import _cli_util
 from mtf_talking_heads import cli
 from mtf_talking_heads import data  # noqa: F401  (registers the tasks)
-from mtf_talking_heads.experiments import sweep
 from mtf_talking_heads.commands import prechecks
 from mtf_talking_heads.data import downstream
 from mtf_talking_heads.data import vocab
+from mtf_talking_heads.experiments import sweep
 from mtf_talking_heads.experiments.sweep import finetune as finetune_lib
 from mtf_talking_heads.experiments.sweep import run as run_lib
 from mtf_talking_heads.training import errors
@@ -700,8 +700,8 @@ def test_downstream_comparison_pairs_each_column_by_seed(tmp_path, fake):
 ])
 def test_finetune_settings_per_model_kind(files, optimizer, schedule,
                                           expected):
-  from mtf_talking_heads.nn import models  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.nn import models  # pylint: disable=g-import-not-at-top
   training.parse_gin(files)
   assert models.query("utils.run.optimizer").selector == optimizer
   assert models.query("utils.run.learning_rate_schedule").selector == schedule
@@ -728,8 +728,8 @@ def test_finetune_schedule_counts_from_the_first_fine_tuning_step():
 def test_preflight_checks_the_fine_tuning_schedule_over_its_own_steps():
   """500 fine-tuning steps cannot hold finetune_bert.gin's 821 warm-up
   steps, although the global step count (P + 500) can."""
-  from mtf_talking_heads.nn import optimizers  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.nn import optimizers  # pylint: disable=g-import-not-at-top
   files = ["models/bert_base.gin", "experiments/finetune_bert.gin"]
   start = ["mtf_th.warmup_linear_decay.start_step = 100000"]
   training.parse_gin(files, start + ["utils.run.total_run_steps = 100500"])

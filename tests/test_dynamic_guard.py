@@ -4,7 +4,7 @@ attention.compute_l adds einsum(J, R_l) to einsum(J, P_l) and compute_u adds
 einsum(W, R_w) to einsum(W, P_w) (paper appendix A).  Without P_l (heads_k
 and heads the same dim) or P_w (heads and heads_v the same dim) there is
 nothing to add them to; before, the R tensors were silently ignored.  The
-fast path of the default strategy (sharding.ordered_core) refuses the same
+fast path of the default strategy (kernels.ordered_core) refuses the same
 inputs.  With the projection present the dynamic terms are added: checked
 against NumPy on a one-device mesh.
 """
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads.nn import attention
 from mtf_talking_heads.measure import harness
-from mtf_talking_heads.nn import sharding
+from mtf_talking_heads.nn import attention
+from mtf_talking_heads.nn import kernels
 
 B, N, M, H, HV, D = 2, 3, 4, 3, 2, 5  # batch, n, m, heads (= heads_k), heads_v, d
 # An R tensor needs two different heads dims; where the layer has only one,
@@ -94,7 +94,7 @@ def test_ordered_core_refuses_dynamic_terms_without_projection(g):
   v, _ = g.tensor([g.batch, g.memory_length, dims.heads_v, dims.d_v])
   r, _ = g.tensor([g.batch, g.length, OTHER_HEADS, dims.heads])
   with pytest.raises(ValueError) as e:
-    sharding.ordered_core(q, k, v, g.memory_length, dims, p_l=None,
+    kernels.ordered_core(q, k, v, g.memory_length, dims, p_l=None,
                           dynamic_l=[r])
   assert "no P_l / P_w" in str(e.value) and "'heads'" in str(e.value)
 

@@ -1,6 +1,6 @@
 """The strategies that own a whole layer also serve encoder-decoder models.
 
-GatheredBatchSplit places Q, K, V and Y itself (its sharding.Frame cuts the
+GatheredBatchSplit places Q, K, V and Y itself (its strategies.Frame cuts the
 batch, M included), BatchQuerySplit and Auto choose per call, so the
 attention over the encoder output (memory length 6 != query length 8, the
 encoder's padding mask with a batch dim) has its own path.  A Bitransformer
@@ -19,7 +19,7 @@ import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads.measure import harness
 from mtf_talking_heads.nn import layers
-from mtf_talking_heads.nn import sharding
+from mtf_talking_heads.nn import strategies
 import _strategy_util as su
 
 D_MODEL, VOCAB, LENGTH, INPUT_LENGTH = 16, 32, 8, 6
@@ -108,7 +108,7 @@ def references():
 
   def get(batch):
     if batch not in cache:
-      cache[batch] = _Run(lambda: sharding.HeadsParallel(ordered=False),
+      cache[batch] = _Run(lambda: strategies.HeadsParallel(ordered=False),
                           batch).run()
     return cache[batch]
   return get
@@ -121,7 +121,7 @@ def references():
 ])
 def test_enc_dec_sharded_equals_unsharded(references, strategy_name, batch):
   want, values = references(batch)
-  run = _Run(lambda: sharding.make_strategy(strategy_name), batch, MESH,
+  run = _Run(lambda: strategies.make_strategy(strategy_name), batch, MESH,
              LAYOUT)
   assert sorted(run.names) == sorted(values)
   got, _ = run.run(values)

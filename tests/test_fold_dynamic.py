@@ -4,7 +4,7 @@ attention.fold_dynamic adds the static P_l (P_w) to the first dynamic R
 (R_Xl if present, else R_Ml) so that L = einsum(J, P_l + R_Xl) +
 einsum(J, R_Ml), as mesh_tensorflow's TalkingHeadsSelfAttention does.  Here,
 for every subset of dynamic terms, on a one-device mesh:
-  * both cores (attention.attention_core, sharding.ordered_core) build
+  * both cores (attention.attention_core, kernels.ordered_core) build
     exactly as many einsums over n x m x heads tensors as
     costs.attention_terms(fold_dynamic="code") lists, and
   * their O equals the unfolded NumPy pseudocode (one einsum per term).
@@ -20,16 +20,16 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads.nn import attention
 from mtf_talking_heads.estimate import costs
 from mtf_talking_heads.measure import harness
-from mtf_talking_heads.nn import sharding
+from mtf_talking_heads.nn import attention
+from mtf_talking_heads.nn import kernels
 
 B, N, M, HK, H, HV, DK, DV = 2, 3, 4, 2, 3, 4, 5, 6
 SUBSETS = [s for r in range(1, 5)
            for s in itertools.combinations(attention.DYNAMIC_TERMS, r)]
 CORES = {"attention_core": attention.attention_core,
-         "ordered_core": sharding.ordered_core}
+         "ordered_core": kernels.ordered_core}
 
 
 def _softmax(x, axis):

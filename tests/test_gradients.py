@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from mtf_talking_heads.measure import harness
 from mtf_talking_heads.nn import attention
 from mtf_talking_heads.nn import kernels
-from mtf_talking_heads.measure import harness
 from mtf_talking_heads.nn import layers
 import _equiv_util as eu
 import _strategy_util as su
@@ -141,7 +141,7 @@ def bf16():
     h = _harness(probes, activation_dtype=tf.bfloat16, seed=6)
   assert len(recorded) == len(probes)
   tensors = {}
-  for i, (l, w, memory_length) in enumerate(recorded):
+  for i, (l, w, _) in enumerate(recorded):
     assert l.dtype == tf.float32 and w.dtype == tf.float32
     tensors["l%d" % i], tensors["w%d" % i] = l, w
     tensors["y%d" % i] = probes[i].y

@@ -14,7 +14,7 @@
    on model:2 and model:4 (loss, logits, every gradient, one SGD step); in
    `mtf_th comm`'s unit mtf's counters show the ring bytes of multi-head
    at the same dims (no all-reduce of an n x m x heads tensor), and
-   sharding.predict_ring_elements equals the counters; the split strategies
+   prices.ring_elements equals the counters; the split strategies
    refuse grouped layers (Auto then runs heads-parallel).
 4. Incremental decoding == teacher forcing (tests/_decode_util.py).
 5. Costs (parameters, multiplies), the commands, the sweep rows and bad
@@ -29,17 +29,18 @@ import _decode_util
 import _equiv_util as eu
 import _strategy_util as su
 import reference as ref
-from mtf_talking_heads.nn import attention
-from mtf_talking_heads.measure import comm
-from mtf_talking_heads.estimate import costs
-from mtf_talking_heads.measure import harness
-from mtf_talking_heads.nn import layers
-from mtf_talking_heads.nn import sharding
-from mtf_talking_heads.experiments import sweep
 from mtf_talking_heads.commands import comm as comm_command
 from mtf_talking_heads.commands import costs as costs_command
+from mtf_talking_heads.estimate import costs
+from mtf_talking_heads.estimate import prices
+from mtf_talking_heads.experiments import sweep
 from mtf_talking_heads.experiments.sweep import plan as plan_lib
 from mtf_talking_heads.experiments.sweep import rows as rows_lib
+from mtf_talking_heads.measure import comm
+from mtf_talking_heads.measure import harness
+from mtf_talking_heads.nn import attention
+from mtf_talking_heads.nn import layers
+from mtf_talking_heads.nn import strategies
 
 TOL = 1e-5  # float32 graph vs float64 reference, relative to max |Y|
 D_MODEL, LENGTH, BATCH, VOCAB = 8, 6, 2, 32
@@ -257,7 +258,7 @@ def _forward_backward_step(run):
 
 @pytest.fixture(scope="module")
 def unsharded():
-  run, _ = _sharded_harness("", "", sharding.HeadsParallel())
+  run, _ = _sharded_harness("", "", strategies.HeadsParallel())
   initial = run.variable_values()
   out = _forward_backward_step(run)
   run.close()
@@ -270,7 +271,7 @@ def test_sharded_equals_unsharded_with_groups_on_the_model_axis(
     unsharded, mesh_shape, strategy):
   initial, want = unsharded
   run, layer = _sharded_harness(mesh_shape, "groups:model",
-                                sharding.make_strategy(strategy))
+                                strategies.make_strategy(strategy))
   run.assign(initial)
   got = _forward_backward_step(run)
   run.close()
@@ -328,18 +329,18 @@ def test_per_group_heads_on_the_axis_priced_as_measured():
   assert result["ring_bytes_per_device"] == predicted
 
 
-@pytest.mark.parametrize("name", [n for n in sharding.STRATEGIES
+@pytest.mark.parametrize("name", [n for n in strategies.STRATEGIES
                                   if n != "heads_parallel"])
 def test_split_strategies_refuse_grouped_layers(name):
   dims = attention.make_dims(8, 8, 8, 4, 4, groups=4)
   layout = "groups:model;core_shard:model"
   with pytest.raises(ValueError, match="runs heads-parallel: lay out "
                      "groups:model"):
-    sharding.make_strategy(name).check(dims, "model:2", layout, 4, 8)
+    strategies.make_strategy(name).check(dims, "model:2", layout, 4, 8)
   with pytest.raises(ValueError, match="groups:model"):
-    sharding.predict_ring_elements(name, dims, "model:2", layout, 4, 8, 16)
-  auto, _, table = sharding.Auto().choose(
-      dims, sharding.MeshLayout("model:2", "groups:model"), 4, 8, 16)
+    prices.ring_elements(name, dims, "model:2", layout, 4, 8, 16)
+  auto, _, table = strategies.Auto().choose(
+      dims, strategies.MeshLayout("model:2", "groups:model"), 4, 8, 16)
   assert auto.name == "heads_parallel"
   assert "heads-parallel" in table[name]
 
@@ -420,7 +421,7 @@ def test_comm_command_reports_split_strategies_as_not_applying(capsys):
       ",".join(comm.COLUMNS),
       "grouped_talking_heads(groups=4),heads_parallel,model:2,groups:model,"
       "2048,0,0,1.607,1024,4096"]
-  assert out.err.count("does not apply") == len(sharding.STRATEGIES) - 1
+  assert out.err.count("does not apply") == len(strategies.STRATEGIES) - 1
 
 
 def test_lm_variants_rows_and_their_costs():
@@ -478,16 +479,18 @@ def test_perf_counts_grouped_projections_and_reads_the_rows():
   """mtf_th perf: L = J P_l and U = W P_w have 1/g of talking heads' FLOPs
   (and its bytes less P_l's: they read and write whole n x m x h tensors), and
   heads-parallel (groups:model) sends multi-head's elements."""
-  from mtf_talking_heads.estimate import perf  # pylint: disable=g-import-not-at-top
-  impl = perf.IMPLEMENTATIONS["mtf_th"]
-  th = perf.make_attention("talking_heads", 24, 32, 32, 24, 24)
-  mh = perf.make_attention("multi_head", 24, 32, 32)
+  from mtf_talking_heads.estimate import hardware as hardware_lib  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import model as model_lib  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import step_time  # pylint: disable=g-import-not-at-top
+  impl = hardware_lib.IMPLEMENTATIONS["mtf_th"]
+  th = model_lib.make_attention("talking_heads", 24, 32, 32, 24, 24)
+  mh = model_lib.make_attention("multi_head", 24, 32, 32)
   for g in (1, 8):
-    grouped = perf.make_attention("grouped_talking_heads", 24, 32, 32, 24, 24,
-                                  groups=g)
+    grouped = model_lib.make_attention("grouped_talking_heads", 24, 32, 32,
+                                       24, 24, groups=g)
     ops = {}
     for att in (th, grouped):
-      ops[att] = {o.name: o for o in perf.attention_ops(
+      ops[att] = {o.name: o for o in step_time.attention_ops(
           att, 768, 512, 512, 2, impl, "enc_self")}
     for name in ("L0", "U0"):
       assert ops[grouped][name].flops * g == ops[th][name].flops == (
@@ -496,12 +499,14 @@ def test_perf_counts_grouped_projections_and_reads_the_rows():
       assert ops[th][name].bytes - ops[grouped][name].bytes == (
           24 * 24 - 24 * 24 // g) * impl.activation_bytes
     if g == 8:  # groups:model needs g % P == 0
-      assert perf.attention_ring_elements(grouped, 768, 512, 512, 2, 8) == \
-          perf.attention_ring_elements(mh, 768, 512, 512, 2, 8)
-  rows = {name: model for name, _, model in perf.experiment_rows(
+      assert prices.attention_elements(
+          "heads_parallel", grouped, 768, 512, 512, 2, 8) == \
+          prices.attention_elements("heads_parallel", mh, 768, 512, 512, 2, 8)
+  rows = {name: model for name, _, model in model_lib.experiment_rows(
       "lm_variants")}
-  assert rows["11_grouped_talking_heads_8_g4"].dec_self == perf.make_attention(
-      "grouped_talking_heads", 8, 16, 16, 8, 8, groups=4)
+  assert rows["11_grouped_talking_heads_8_g4"].dec_self == (
+      model_lib.make_attention("grouped_talking_heads", 8, 16, 16, 8, 8,
+                               groups=4))
 
 
 def test_only_the_grouped_classes_take_groups():
@@ -529,14 +534,15 @@ def test_grid_refuses_grouped_rows_it_cannot_configure():
 def test_perf_checks_groups_against_the_model_axis():
   """A grouped layer is laid out groups:model: mtf_th perf refuses a model
   axis that does not divide its groups (lm_variants row 10 has 2)."""
-  from mtf_talking_heads.estimate import perf  # pylint: disable=g-import-not-at-top
-  rows = {name: model for name, _, model in perf.experiment_rows(
+  from mtf_talking_heads.estimate import model as model_lib  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import step_time  # pylint: disable=g-import-not-at-top
+  rows = {name: model for name, _, model in model_lib.experiment_rows(
       "lm_variants")}
   model = rows["10_grouped_talking_heads_8_g2"]
-  assert perf.predict(model, "tpu_v3", mesh_shape="model:2")
+  assert step_time.predict(model, "tpu_v3", mesh_shape="model:2")
   with pytest.raises(ValueError, match=r"dec_self groups \(2\) is not "
                      "divisible by the model axis"):
-    perf.predict(model, "tpu_v3", mesh_shape="model:4")
+    step_time.predict(model, "tpu_v3", mesh_shape="model:4")
 
 
 def test_validation_shapes_carry_groups():

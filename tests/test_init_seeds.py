@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads.nn import init_seeds
 from mtf_talking_heads import training
+from mtf_talking_heads.nn import init_seeds
 from mtf_talking_heads.training import model_size
 from mtf_talking_heads.training import settings as settings_lib
 

@@ -27,17 +27,17 @@ import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 import pytest
 
 from mtf_talking_heads.measure import harness
-from mtf_talking_heads.nn import sharding
+from mtf_talking_heads.nn import strategies
 import _strategy_util as su
 
 RANK_LIMITS = {"Softmax": 5}  # op type: most dims a oneDNN kernel accepts
 
 STRATEGIES = {
-    "heads_parallel": sharding.HeadsParallel,
-    "query_split": sharding.QuerySplit,
-    "batch_split": sharding.BatchSplit,
-    "batch_split_gathered": sharding.GatheredBatchSplit,
-    "batch_query_split": sharding.BatchQuerySplit,
+    "heads_parallel": strategies.HeadsParallel,
+    "query_split": strategies.QuerySplit,
+    "batch_split": strategies.BatchSplit,
+    "batch_split_gathered": strategies.GatheredBatchSplit,
+    "batch_query_split": strategies.BatchQuerySplit,
 }
 MESHES = {"batch2xmodel4": "batch:2;model:4", "model8": "model:8"}
 

@@ -13,7 +13,7 @@ the core it recomputes.
 import pytest
 
 from mtf_talking_heads.estimate import memory
-from mtf_talking_heads.estimate import perf
+from mtf_talking_heads.estimate import model as model_lib
 
 F32 = "mtf_th_float32"
 
@@ -21,13 +21,13 @@ F32 = "mtf_th_float32"
 def _lm(variant="multi_head", heads=2, d_k=64, d_model=128, d_ff=256,
         vocab=256, batch=2, length=8, layers=1, optimizer="adafactor", **kw):
   tied = variant in ("multi_head", "general_bilinear")
-  att = perf.make_attention(
+  att = model_lib.make_attention(
       variant, heads, d_k,
       heads_k=None if tied or variant == "project_weights" else heads,
       heads_v=None if tied or variant == "project_logits" else heads, **kw)
-  return perf.make_model("lm", layers, d_model, d_ff, vocab, batch, length,
-                         length, dec_self=att, relative_bias=False,
-                         optimizer=optimizer)
+  return model_lib.make_model("lm", layers, d_model, d_ff, vocab, batch,
+                              length, length, dec_self=att,
+                              relative_bias=False, optimizer=optimizer)
 
 
 def test_adafactor_slots_by_hand():
@@ -134,9 +134,18 @@ def test_forward_prediction_within_20_percent_of_allocator_peak(
   assert 0.8 <= p / m <= 1.2, (name, m, p)
 
 
-def test_doctests():
+def test_estimate_doctests():
+  """The shape examples of the estimators' docstrings run as written."""
   import doctest  # pylint: disable=g-import-not-at-top
-  assert doctest.testmod(memory).failed == 0
+  from mtf_talking_heads.core import spec  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import costs  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import step_time  # pylint: disable=g-import-not-at-top
+  tried = 0
+  for module in (memory, model_lib, step_time, costs, spec):
+    result = doctest.testmod(module)
+    assert result.failed == 0, module.__name__
+    tried += result.attempted
+  assert tried >= 17
 
 
 def test_forward_takes_the_strategy_auto_may_pick_and_decode_its_caches():
@@ -165,8 +174,8 @@ def test_eval_preflight_refuses_only_what_no_strategy_fits(monkeypatch):
   heads_v whole).  RAM between the two strategies is not refused, below the
   smallest is; a decode needs its caches on top."""
   from mtf_talking_heads import commands  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.estimate import planner  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.commands import prechecks  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import planner  # pylint: disable=g-import-not-at-top
   gin = ["experiments/t5_heads/07_talking_heads_24_32.gin"]
   params = ["mesh_shape = 'model:4'"]
 
@@ -211,10 +220,9 @@ def test_recompute_core_gradients_equal_the_core_it_recomputes():
   import numpy as np  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.measure import harness  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.nn import layers  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.nn import recompute  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.nn import sharding  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.nn import strategies  # pylint: disable=g-import-not-at-top
   out = []
-  for strategy in (sharding.HeadsParallel(), recompute.RecomputeCore()):
+  for strategy in (strategies.HeadsParallel(), strategies.RecomputeCore()):
     layer = layers.TalkingHeadsAttention(heads_k=4, heads=4, heads_v=4,
                                          d_k=8, d_v=8, strategy=strategy)
     run = harness.Harness([layer], d_model=16, vocab=32, batch=4, length=8,
@@ -227,4 +235,4 @@ def test_recompute_core_gradients_equal_the_core_it_recomputes():
     np.testing.assert_allclose(out[1][name], out[0][name], atol=1e-6)
   with pytest.raises(ValueError, match="cannot recompute a core with "
                      "custom gradients"):
-    recompute.RecomputeCore(sharding.BatchSplit())
+    strategies.RecomputeCore(strategies.BatchSplit())

@@ -1,4 +1,4 @@
-"""perf.py and `mtf_th perf`: the step-time model (no TensorFlow graph).
+"""step_time.py and `mtf_th perf`: the step-time model (no TensorFlow graph).
 
 * a tiny model's FLOPs, bytes and step time computed by hand;
 * the attention FLOPs are costs.py's multiplies x 2 x 3 for every variant;
@@ -17,22 +17,26 @@ import sys
 import pytest
 
 from mtf_talking_heads.estimate import costs
-from mtf_talking_heads.estimate import perf
+from mtf_talking_heads.estimate import hardware as hardware_lib
+from mtf_talking_heads.estimate import model as model_lib
+from mtf_talking_heads.estimate import paper
+from mtf_talking_heads.estimate import prices
+from mtf_talking_heads.estimate import step_time
 
 MTF_TH = os.path.join(os.path.dirname(sys.executable), "mtf_th")
-F32 = perf.IMPLEMENTATIONS["mtf_th_float32"]
+F32 = hardware_lib.IMPLEMENTATIONS["mtf_th_float32"]
 
 
 def _tiny(variant="multi_head", heads=2, d_k=2, **kw):
-  att = perf.make_attention(variant, heads, d_k, d_k, **kw)
-  return perf.make_model("lm", num_layers=1, d_model=4, d_ff=8, vocab=8,
-                         batch=2, inputs_length=4, targets_length=4,
-                         dec_self=att, relative_bias=False)
+  att = model_lib.make_attention(variant, heads, d_k, d_k, **kw)
+  return model_lib.make_model("lm", num_layers=1, d_model=4, d_ff=8, vocab=8,
+                              batch=2, inputs_length=4, targets_length=4,
+                              dec_self=att, relative_bias=False)
 
 
 def _hw(flops, hbm, ici=1.0):
-  return perf.Hardware("test", flops, hbm, ici, 1, 1, "test",
-                       perf.Efficiency(1.0, 1.0, 1.0))
+  return hardware_lib.Hardware("test", flops, hbm, ici, 1, 1, "test",
+                               hardware_lib.Efficiency(1.0, 1.0, 1.0))
 
 
 # ---------------------------------------------------------------------------
@@ -52,20 +56,20 @@ TINY_PARAMS = 172
 
 
 def test_docstring_example():
-  r = perf.predict(perf.paper_model(heads=12, d_k=64), "tpu_v3", "batch:32",
-                   impl="mtf")
+  r = step_time.predict(model_lib.paper_model(heads=12, d_k=64), "tpu_v3",
+                        "batch:32", impl="mtf")
   assert (round(r["step_s"], 3), round(r["compute_s"], 3)) == (0.096, 0.054)
 
 
 def test_tiny_model_by_hand():
   model = _tiny()
-  assert perf.parameter_count(model) == TINY_PARAMS
-  memory_bound = perf.predict(model, _hw(1e30, 1.0), impl=F32)
+  assert model_lib.parameter_count(model) == TINY_PARAMS
+  memory_bound = step_time.predict(model, _hw(1e30, 1.0), impl=F32)
   assert memory_bound["flops"] == TINY_FLOPS
   assert memory_bound["bytes"] == TINY_BYTES
   assert memory_bound["step_s"] == pytest.approx(TINY_BYTES)
   assert memory_bound["compute_s"] == 0
-  compute_bound = perf.predict(model, _hw(1.0, 1e30), impl=F32)
+  compute_bound = step_time.predict(model, _hw(1.0, 1e30), impl=F32)
   assert compute_bound["step_s"] == pytest.approx(TINY_FLOPS)
   assert compute_bound["memory_s"] == pytest.approx(
       (2816 + 256 + 640 + 2048 + 1024 + 2752) / 1e30)
@@ -75,16 +79,16 @@ def test_optimizers_and_shared_layers():
   # Adam with clipping: 8 passes per parameter instead of Adafactor's 4;
   # shared layers count their parameters once.
   model = _tiny()
-  adam = perf.predict(model._replace(optimizer="adam"), _hw(1e30, 1.0),
-                      impl=F32)
+  adam = step_time.predict(model._replace(optimizer="adam"), _hw(1e30, 1.0),
+                           impl=F32)
   assert adam["bytes"] - TINY_BYTES == (8 - 4) * TINY_PARAMS * 4
   two = model._replace(num_layers=2)
   shared = two._replace(shared_layers=True)
-  layer = perf.parameter_count(two) - TINY_PARAMS
+  layer = model_lib.parameter_count(two) - TINY_PARAMS
   assert layer == 64 + 4 + 64 + 4  # attention + FFN + their norms
-  assert perf.parameter_count(shared) == TINY_PARAMS
-  assert (perf.predict(shared, _hw(1.0, 1.0), impl=F32)["flops"] ==
-          perf.predict(two, _hw(1.0, 1.0), impl=F32)["flops"])
+  assert model_lib.parameter_count(shared) == TINY_PARAMS
+  assert (step_time.predict(shared, _hw(1.0, 1.0), impl=F32)["flops"] ==
+          step_time.predict(two, _hw(1.0, 1.0), impl=F32)["flops"])
 
 
 @pytest.mark.parametrize("gin_file,optimizer,shared", [
@@ -93,7 +97,7 @@ def test_optimizers_and_shared_layers():
     ("models/albert_base.gin", "lamb", True),
 ])
 def test_gin_models_optimizer_and_sharing(gin_file, optimizer, shared):
-  model = perf.model_from_gin([gin_file])
+  model = model_lib.model_from_gin([gin_file])
   assert (model.optimizer, model.shared_layers) == (optimizer, shared)
 
 
@@ -102,15 +106,16 @@ def test_a_delimited_lm_is_an_lm_over_inputs_and_targets():
   <targets> EOS", 112 + 16) is sized as its pre-training's 128-position lm,
   so memory checks and auto layouts apply to it."""
   row = "experiments/lm_heads/02_multi_head_8_16.gin"
-  pre = perf.model_from_gin([row])
-  ft = perf.model_from_gin([row, "experiments/finetune_embedded_lm.gin"])
+  pre = model_lib.model_from_gin([row])
+  ft = model_lib.model_from_gin([row, "experiments/finetune_embedded_lm.gin"])
   assert (ft.kind, ft.targets_length) == ("lm", 128)
   assert ft._replace(inputs_length=pre.inputs_length) == pre
 
 
 def test_attention_ops_docstring_example():
-  ops = perf.attention_ops(perf.make_attention("multi_head", 12, 64), 768,
-                           512, 512, 4, perf.IMPLEMENTATIONS["mtf"], "x")
+  ops = step_time.attention_ops(
+      model_lib.make_attention("multi_head", 12, 64), 768, 512, 512, 4,
+      hardware_lib.IMPLEMENTATIONS["mtf"], "x")
   assert [op.name for op in ops][:4] == ["Q", "dQ/a", "dQ/b", "K"]
   j = [op for op in ops if op.name == "J"][0]
   assert j.flops == 2 * 48 * 512 * 64 * 512
@@ -122,11 +127,11 @@ def test_attention_ops_docstring_example():
 def test_each_op_costs_the_larger_of_its_two_times():
   # peak 1 FLOP/s, 1 B/s: Q's forward einsum is 256 FLOPs and 320 bytes.
   model = _tiny()
-  ops = perf.model_ops(model, 2, F32)
+  ops = step_time.model_ops(model, 2, F32)
   q = [op for op in ops if op.name == "Q"][0]
   assert (q.flops, q.bytes) == (256, 320)
-  result = perf.predict(model, _hw(1.0, 1.0), impl=F32)
-  ops += perf.optimizer_ops(TINY_PARAMS, F32, "adafactor")
+  result = step_time.predict(model, _hw(1.0, 1.0), impl=F32)
+  ops += step_time.optimizer_ops(TINY_PARAMS, F32, "adafactor")
   assert result["step_s"] == pytest.approx(
       sum(max(op.flops, op.bytes) for op in ops))
 
@@ -134,22 +139,23 @@ def test_each_op_costs_the_larger_of_its_two_times():
 def test_mxu_pads_the_contraction():
   # J = Q.K contracts over d_k = 32: a 128-deep unit does 4x its FLOPs;
   # dQ = dJ.K contracts over m = 512 (no padding).
-  att = perf.make_attention("multi_head", 24, 32, 32)
-  ops = dict((op.name, op) for op in perf.attention_ops(
-      att, 768, 512, 512, 1, perf.IMPLEMENTATIONS["mtf"], "x"))
+  att = model_lib.make_attention("multi_head", 24, 32, 32)
+  ops = dict((op.name, op) for op in step_time.attention_ops(
+      att, 768, 512, 512, 1, hardware_lib.IMPLEMENTATIONS["mtf"], "x"))
   assert ops["J"].contraction == 32 and ops["dJ/a"].contraction == 512
-  assert perf.mxu_flops(ops["J"], 128) == 4 * ops["J"].flops
-  assert perf.mxu_flops(ops["dJ/a"], 128) == ops["dJ/a"].flops
-  assert perf.mxu_flops(ops["J"], 1) == ops["J"].flops
-  assert perf.mxu_flops(ops["softmax"], 128) == 0
-  assert perf.mxu_flops(ops["Q"], 128) == ops["Q"].flops  # d = 768 = 6 x 128
+  assert step_time.mxu_flops(ops["J"], 128) == 4 * ops["J"].flops
+  assert step_time.mxu_flops(ops["dJ/a"], 128) == ops["dJ/a"].flops
+  assert step_time.mxu_flops(ops["J"], 1) == ops["J"].flops
+  assert step_time.mxu_flops(ops["softmax"], 128) == 0
+  # d = 768 = 6 x 128
+  assert step_time.mxu_flops(ops["Q"], 128) == ops["Q"].flops
 
 
 def test_data_parallel_ring_bytes_and_time_by_hand():
   # batch:2 -> each group 1 example; gradients all-reduced: 2 (2-1)/2 x 172
   # parameters x 4 B = 688 bytes at 1 B/s, with efficiency 1.
-  result = perf.predict(_tiny(), _hw(1e30, 1e30, ici=1.0), "batch:2",
-                        impl=F32)
+  result = step_time.predict(_tiny(), _hw(1e30, 1e30, ici=1.0), "batch:2",
+                             impl=F32)
   assert result["ring_bytes"] == pytest.approx(688)
   assert result["network_s"] == pytest.approx(688)
 
@@ -167,9 +173,10 @@ ATTENTIONS = [
 @pytest.mark.parametrize("variant,kw", ATTENTIONS,
                          ids=[a[0] for a in ATTENTIONS])
 def test_attention_flops_are_costs_multiplies(variant, kw):
-  att = perf.make_attention(variant, **kw)
-  impl = perf.IMPLEMENTATIONS["mtf_th"]  # dynamic terms folded as mtf does
-  ops = perf.attention_ops(att, 32, 10, 10, 3, impl, "x")
+  att = model_lib.make_attention(variant, **kw)
+  # dynamic terms folded as mtf does
+  impl = hardware_lib.IMPLEMENTATIONS["mtf_th"]
+  ops = step_time.attention_ops(att, 32, 10, 10, 3, impl, "x")
   expected = costs.attention_costs(
       att.variant, att.heads_k, att.heads, att.heads_v, att.d_k, att.d_v, 32,
       10, dynamic=att.dynamic)["multiplies"]
@@ -177,18 +184,19 @@ def test_attention_flops_are_costs_multiplies(variant, kw):
 
 
 def test_dynamic_einsum_counts():
-  att = perf.make_attention("dynamic_projections", 8, 16, 16,
-                            dynamic=costs.DYNAMIC_TERMS)
+  att = model_lib.make_attention("dynamic_projections", 8, 16, 16,
+                                 dynamic=costs.DYNAMIC_TERMS)
   names = {}
   for impl in ("mtf", "mtf_th"):
-    ops = perf.attention_ops(att, 32, 10, 10, 1, perf.IMPLEMENTATIONS[impl],
-                             "x")
+    ops = step_time.attention_ops(att, 32, 10, 10, 1,
+                                  hardware_lib.IMPLEMENTATIONS[impl], "x")
     names[impl] = sorted(op.name for op in ops if re.match(r"[LU]\d$",
                                                            op.name))
   assert names["mtf"] == ["L0", "L1", "U0", "U1"]
   assert names["mtf_th"] == ["L0", "L1", "U0", "U1"]  # as the layers fold
-  separate = perf.IMPLEMENTATIONS["mtf_th"]._replace(dynamic_einsums="separate")
-  ops = perf.attention_ops(att, 32, 10, 10, 1, separate, "x")
+  separate = hardware_lib.IMPLEMENTATIONS["mtf_th"]._replace(
+      dynamic_einsums="separate")
+  ops = step_time.attention_ops(att, 32, 10, 10, 1, separate, "x")
   assert sorted(op.name for op in ops if re.match(r"[LU]\d$", op.name)) == [
       "L0", "L1", "L2", "U0", "U1", "U2"]  # the pseudocode's count
   assert sum(op.flops for op in ops) == 6 * costs.attention_costs(
@@ -196,8 +204,9 @@ def test_dynamic_einsum_counts():
       fold_dynamic="none")["multiplies"]
   # folded (the paper's multiplies column): one einsum per projection, as
   # costs.py counts with fold_dynamic=True
-  folded = perf.IMPLEMENTATIONS["mtf_th"]._replace(dynamic_einsums="folded")
-  ops = perf.attention_ops(att, 32, 10, 10, 1, folded, "x")
+  folded = hardware_lib.IMPLEMENTATIONS["mtf_th"]._replace(
+      dynamic_einsums="folded")
+  ops = step_time.attention_ops(att, 32, 10, 10, 1, folded, "x")
   assert sorted(op.name for op in ops if re.match(r"[LU]\d$", op.name)) == [
       "L0", "U0"]
   assert sum(op.flops for op in ops) == 6 * costs.attention_costs(
@@ -209,23 +218,24 @@ def test_dynamic_einsum_counts():
 # Monotonicity.
 
 def _step(model, hardware="tpu_v3", mesh="batch:32", impl="mtf"):
-  return perf.predict(model, hardware, mesh, impl)["step_s"]
+  return step_time.predict(model, hardware, mesh, impl)["step_s"]
 
 
 def test_more_heads_cost_more_at_equal_multiplies():
-  times = [_step(perf.paper_model(h, 768 // h)) for h in (6, 12, 24, 48)]
+  times = [_step(model_lib.paper_model(h, 768 // h)) for h in (6, 12, 24, 48)]
   assert times == sorted(times) and times[0] < times[-1]
-  th = [_step(perf.paper_model(h, 768 // h, "talking_heads"))
+  th = [_step(model_lib.paper_model(h, 768 // h, "talking_heads"))
         for h in (6, 12, 24, 48)]
   assert th == sorted(th)
   assert all(t > m for t, m in zip(th, times))
 
 
 def test_more_work_costs_more():
-  base = perf.paper_model(12, 64)
+  base = model_lib.paper_model(12, 64)
   assert _step(base._replace(batch=256)) > _step(base)
   assert _step(base._replace(num_layers=24)) > _step(base)
-  assert _step(perf.paper_model(12, 64, "general_bilinear")) > 2 * _step(base)
+  assert _step(model_lib.paper_model(12, 64, "general_bilinear")) > 2 * _step(
+      base)
   assert _step(base, "tpu_v4") < _step(base, "tpu_v3")
   assert _step(base, mesh="batch:64") < _step(base, mesh="batch:32")
 
@@ -233,23 +243,24 @@ def test_more_work_costs_more():
 def test_ring_formulas_equal_comm_measured_figures():
   # docs/sharding.md, measured by `mtf_th comm` (tests/test_comm.py): one
   # t5.1.th.base attention layer, batch 8, length 512, model:8, float32.
-  th = perf.make_attention("talking_heads", 24, 32, 32)
-  mh = perf.make_attention("multi_head", 24, 32, 32)
+  th = model_lib.make_attention("talking_heads", 24, 32, 32)
+  mh = model_lib.make_attention("multi_head", 24, 32, 32)
   for att, measured in ((th, 748683264), (mh, 44040192)):
-    elements = perf.attention_ring_elements(att, 768, 512, 512, 8, 8)
+    elements = prices.attention_elements("heads_parallel", att, 768, 512,
+                                         512, 8, 8)
     assert elements * 4 == pytest.approx(measured)
 
 
 def test_model_axis_splits_work_and_adds_ring_bytes():
-  model = perf.paper_model(24, 32, "talking_heads")
-  one = perf.predict(model, "tpu_v4", "batch:1")
-  split = perf.predict(model, "tpu_v4", "model:8")
+  model = model_lib.paper_model(24, 32, "talking_heads")
+  one = step_time.predict(model, "tpu_v4", "batch:1")
+  split = step_time.predict(model, "tpu_v4", "model:8")
   # the heads-mixing variants keep the softmax (and the norms) whole on
   # every device: an eighth of the FLOPs, more than an eighth of the bytes
   assert split["flops"] == pytest.approx(one["flops"] / 8)
   assert one["bytes"] / 8 < split["bytes"] < one["bytes"] / 2
   assert one["ring_bytes"] == 0 and split["ring_bytes"] > 0
-  data = perf.predict(model, "tpu_v4", "batch:8")
+  data = step_time.predict(model, "tpu_v4", "batch:8")
   assert data["flops"] == pytest.approx(one["flops"] / 8)
 
 
@@ -282,10 +293,10 @@ OUTSIDE_10 = {
 
 @pytest.mark.parametrize("table", sorted(EXPECTED))
 def test_paper_comparison_ratios(table):
-  rows = perf.compare_paper(table)
+  rows = paper.compare_paper(table)
   assert [round(r["predicted_ratio"], 3) for r in rows] == pytest.approx(
       EXPECTED[table], abs=1e-9)
-  printed = perf.PAPER_STEP_TIMES[table][1]
+  printed = paper.PAPER_STEP_TIMES[table][1]
   for r in rows:
     assert r["paper_s"] == printed[r["row"]]
     if r["paper_s"] is None:
@@ -303,12 +314,13 @@ def test_paper_step_times_match_the_tex():
   if not os.path.exists(tex):
     pytest.skip("paper LaTeX not found at %s" % tex)
   text = open(tex).read()
-  for caption, rows in perf.PAPER_STEP_TIMES.values():
+  for caption, rows in paper.PAPER_STEP_TIMES.values():
     label = re.search(r"\((tab:[a-z0-9_]+)\)", caption).group(1)
     body = text[text.index("\\label{%s}" % label):]
     body = body[:body.index("\\end{tabular}")]
     # the step time is the 11th cell of each data row
-    times = [float(line.split("&")[10].strip().strip("\\textbf{}").strip("}"))
+    times = [float(line.split("&")[10].strip().removeprefix("\\textbf{")
+                   .strip("}"))
              for line in body.splitlines()
              if line.count("&") >= 12 and re.match(r"\s*\d", line.split(
                  "&")[10].replace("\\textbf{", ""))]
@@ -317,10 +329,10 @@ def test_paper_step_times_match_the_tex():
 
 def test_experiment_files_read_as_the_paper_model():
   rows = dict((name, model) for name, _, model in
-              perf.experiment_rows("t5_enc_dec"))
-  th = perf.paper_model(24, 32, "talking_heads")
+              model_lib.experiment_rows("t5_enc_dec"))
+  th = model_lib.paper_model(24, 32, "talking_heads")
   assert rows["05_talking_heads_24_32"] == th
-  assert rows["02_th_enc_self"] == perf.paper_model(
+  assert rows["02_th_enc_self"] == model_lib.paper_model(
       24, 32, "talking_heads", placement="enc_self")
 
 
@@ -328,27 +340,30 @@ def test_experiment_files_read_as_the_paper_model():
 # Bad input.
 
 @pytest.mark.parametrize("call,pattern", [
-    (lambda: perf.get_hardware("tpu_v9"),
+    (lambda: hardware_lib.get_hardware("tpu_v9"),
      r"--hardware 'tpu_v9' is unknown; choose one of: tpu_v2, tpu_v3, tpu_v4, "
      r"tpu_v5e, cpu"),
-    (lambda: perf.predict(perf.paper_model(12, 64), "tpu_v3", "batch:3"),
+    (lambda: step_time.predict(model_lib.paper_model(12, 64), "tpu_v3",
+                               "batch:3"),
      r"batch 128 is not divisible .* --mesh_shape"),
-    (lambda: perf.parse_mesh("data:4"), r"--mesh_shape 'data:4'"),
-    (lambda: perf.predict(perf.paper_model(12, 64), "tpu_v4", "model:5"),
+    (lambda: model_lib.parse_mesh("data:4"), r"--mesh_shape 'data:4'"),
+    (lambda: step_time.predict(model_lib.paper_model(12, 64), "tpu_v4",
+                               "model:5"),
      r"d_ff \(3072\) is not divisible by the model axis of "
      r"--mesh_shape 'model:5' \(5\)"),
-    (lambda: perf.predict(perf.paper_model(6, 128), "tpu_v4", "model:4"),
+    (lambda: step_time.predict(model_lib.paper_model(6, 128), "tpu_v4",
+                               "model:4"),
      r"enc_self heads_k \(6\) is not divisible by the model axis"),
-    (lambda: perf.experiment_rows("nope"),
+    (lambda: model_lib.experiment_rows("nope"),
      r"--paper_table 'nope' is unknown; choose one of: .*t5_heads"),
-    (lambda: perf.compare_paper("lm_heads"),
+    (lambda: paper.compare_paper("lm_heads"),
      r"--paper_table 'lm_heads' has no step times"),
-    (lambda: perf.predict(perf.paper_model(12, 64), "tpu_v3",
-                          impl="mtf_x"), r"--implementation 'mtf_x'"),
-    (lambda: perf.predict(perf.paper_model(12, 64), "tpu_v3",
-                          efficiency=perf.Efficiency(0, 1, 1)),
+    (lambda: step_time.predict(model_lib.paper_model(12, 64), "tpu_v3",
+                               impl="mtf_x"), r"--implementation 'mtf_x'"),
+    (lambda: step_time.predict(model_lib.paper_model(12, 64), "tpu_v3",
+                               efficiency=hardware_lib.Efficiency(0, 1, 1)),
      r"--matmul_efficiency \(Efficiency.matmul\) must be in \(0, 1\]"),
-    (lambda: perf.model_from_gin(["models/t5_tiny.gin"]),
+    (lambda: model_lib.model_from_gin(["models/t5_tiny.gin"]),
      r"does not define the gin macro 'heads'"),
 ])
 def test_bad_input_names_the_fix(call, pattern):
@@ -373,8 +388,8 @@ def test_cli_one_row(capsys):
   assert status == 0, err
   header, row = out.splitlines()
   assert header == "row,label,step_s,compute_s,memory_s,network_s,ratio"
-  model = perf.paper_model(24, 32, "talking_heads")
-  expected = perf.predict(model, "tpu_v4", "batch:16", "mtf_th")
+  model = model_lib.paper_model(24, 32, "talking_heads")
+  expected = step_time.predict(model, "tpu_v4", "batch:16", "mtf_th")
   cells = row.split(",")
   assert cells[0] == "07_talking_heads_24_32"
   assert float(cells[2]) == pytest.approx(expected["step_s"], abs=5e-5)

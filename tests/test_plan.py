@@ -10,10 +10,13 @@ import pytest
 
 import _cli_util
 
+from mtf_talking_heads.estimate import hardware as hardware_lib
 from mtf_talking_heads.estimate import memory
-from mtf_talking_heads.estimate import perf
+from mtf_talking_heads.estimate import model as model_lib
 from mtf_talking_heads.estimate import planner
 from mtf_talking_heads.estimate import prices
+from mtf_talking_heads.estimate import step_time
+from mtf_talking_heads.estimate import strategy_table
 
 MTF_TH = os.path.join(os.path.dirname(sys.executable), "mtf_th")
 TH24 = "experiments/t5_heads/07_talking_heads_24_32.gin"
@@ -39,14 +42,14 @@ def test_paper_setup_fits(capsys):
   first = [r for r in rows if r["mesh_shape"] == "batch:32,model:1"][0]
   assert (first["strategy"], first["fits"], first["memory_gib"]) == (
       "heads_parallel", "yes", "6.74")
-  model = perf.model_from_gin([TH24])
+  model = model_lib.model_from_gin([TH24])
   mem = memory.predict(model, "batch:32,model:1", "mtf_th",
                        layout="batch:batch")
   assert float(first["memory_gib"]) == pytest.approx(
       mem["total"] / 2 ** 30, abs=0.006)
   assert float(first["step_s"]) == pytest.approx(
-      perf.predict(model, "tpu_v3", "batch:32,model:1", "mtf_th")["step_s"],
-      abs=1e-4)
+      step_time.predict(model, "tpu_v3", "batch:32,model:1",
+                        "mtf_th")["step_s"], abs=1e-4)
   assert "mesh_shape = 'batch:32;model:1'" in first["gin"]
   # every row fits, sorted by step time
   times = [float(r["step_s"]) for r in rows]
@@ -54,7 +57,7 @@ def test_paper_setup_fits(capsys):
 
 
 def test_split_strategy_rows_and_bindings():
-  model = perf.model_from_gin([TH24], ["batch_size = 16"])
+  model = model_lib.model_from_gin([TH24], ["batch_size = 16"])
   cands = planner.plan(model, "tpu_v4", 8)
   names = {(c.mesh_shape, c.strategy) for c in cands}
   assert ("batch:1,model:8", "batch_split") in names
@@ -79,28 +82,29 @@ def test_split_strategy_ring_elements_are_prices_on_the_heads_layout():
   # heads_parallel_layout, as comm.default_layout) splits Q, K but not V, O
   # (their heads_v is "heads"); f = 7/8, X = 16*512*768:
   #   4 f X + 2 f/8 (Q + K) + f (V + O) + 2 f P_l
-  att = perf.make_attention("project_logits", 12, 64, heads_k=24)
+  att = model_lib.make_attention("project_logits", 12, 64, heads_k=24)
   f, x = 7 / 8, 16 * 512 * 768
   qk, vo = 16 * 512 * 24 * 64, 16 * 512 * 12 * 64
-  assert planner.ring_elements("batch_split", att, 768, 512, 512, 16, 8) == (
+  assert prices.attention_elements(
+      "batch_split", att, 768, 512, 512, 16, 8) == (
       4 * f * x + 2 * f / 8 * 2 * qk + f * 2 * vo + 2 * f * 24 * 12)
-  weights = perf.make_attention("project_weights", 12, 64, heads_v=24)
-  model = perf.paper_model(12, 64)._replace(enc_self=weights,
+  weights = model_lib.make_attention("project_weights", 12, 64, heads_v=24)
+  model = model_lib.paper_model(12, 64)._replace(enc_self=weights,
                                            dec_self=weights, encdec=weights)
   assert planner.layout(model, 8) == (
       "batch:batch,heads:model,d_ff:model,vocab:model")
 
 
 def test_strategy_tables_are_sharding_strategies():
-  # planner.py and memory.py are TensorFlow-free: their tables of
-  # sharding.STRATEGIES, checked here (a new strategy must be added to both)
-  from mtf_talking_heads.nn import sharding  # pylint: disable=g-import-not-at-top
-  names = set(sharding.STRATEGIES)
-  assert set(planner.STRATEGIES) == set(memory.STRATEGY_CORES) == names
-  model = perf.paper_model(24, 32, "talking_heads", heads_k=24, heads_v=24)
+  # strategy_table.py (TensorFlow-free, read by the planner, memory.py and
+  # prices.py) names the strategies nn/strategies builds, with their classes
+  from mtf_talking_heads.nn import strategies  # pylint: disable=g-import-not-at-top
+  names = set(strategies.STRATEGIES)
+  assert set(strategy_table.NAMES) == names
+  model = model_lib.paper_model(24, 32, "talking_heads", heads_k=24, heads_v=24)
   for name in names:
     gin = planner.gin_bindings(model, "batch:4,model:2", name, False)
-    made = sharding.make_strategy(name)
+    made = strategies.make_strategy(name)
     assert ("mtf_th.TalkingHeadsAttention.strategy = @mtf_th.%s()"
             % type(made).__name__) in gin
     assert ("mtf_th.QuerySplit.reduce_scatter = False" in gin) == (
@@ -141,7 +145,7 @@ def test_bert_768_heads_fits_nowhere_as_docs_costs_md_says(capsys):
 
 
 def test_recompute_rows_trade_memory_for_time():
-  model = perf.model_from_gin([TH24])
+  model = model_lib.model_from_gin([TH24])
   cands = {(c.mesh_shape, c.recompute): c
            for c in planner.plan(model, "tpu_v3", 8)
            if c.strategy == "heads_parallel"}
@@ -221,11 +225,11 @@ def test_launch_warns_when_the_slice_is_too_small(capsys):
 def test_train_refuses_on_cpu_a_step_that_cannot_fit():
   import argparse  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.commands import train  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.commands import common  # pylint: disable=g-import-not-at-top
   args = argparse.Namespace(gin_file=["models/t5_base.gin"],
                             gin_param=["batch_size = 65536"], tpu=None)
   with pytest.raises(training.ConfigError) as e:
-    train.memory_check(args, training)
+    common.memory_check(args, training)
   line = str(e.value)
   assert line.startswith("predicted 43817.78 GiB per device for mesh "
                          "model:1 (1 device) but this machine's ")
@@ -234,14 +238,14 @@ def test_train_refuses_on_cpu_a_step_that_cannot_fit():
       "see mtf_th plan --gin_file models/t5_base.gin --hardware cpu "
       "--devices 1")
   args.gin_param = ["batch_size = 2"]
-  train.memory_check(args, training)  # fits: no error
+  common.memory_check(args, training)  # fits: no error
   args.tpu = "th24"  # a TPU run is launch/tpu.py's to check
   args.gin_param = ["batch_size = 65536"]
-  train.memory_check(args, training)
+  common.memory_check(args, training)
 
 
 # ---------------------------------------------------------------- Auto's pick
-# sharding.Auto prices each candidate that applies with prices.predict on
+# strategies.Auto prices each candidate that applies with prices.predict on
 # the layer's mesh and picks with planner.price_layer and planner.pick: the
 # choice is computed here without TensorFlow (tests/test_auto.py checks
 # that Auto.choose agrees on one case).
@@ -254,7 +258,7 @@ def _auto_pick(att, d_model, n, b, p, hardware, model=None):
                        prices.heads_parallel_layout(dims) +
                        [("core_shard", "model")])
   rings = {s: prices.predict(s, dims, mesh, b, n, d_model, (), "model", n)
-           for s in planner.STRATEGIES if planner.applies(s, att, b, n, p)}
+           for s in strategy_table.NAMES if planner.applies(s, att, b, n, p)}
   by_bytes = min(rings, key=lambda s: (rings[s], list(rings).index(s)))
   shape = "batch:1,model:%d" % p
   priced = planner.price_layer(
@@ -266,7 +270,8 @@ def _auto_pick(att, d_model, n, b, p, hardware, model=None):
 
 def test_auto_pick_when_bytes_and_time_agree():
   # docs/sharding.md's example: talking heads 24 x 32, batch 2, length 512
-  att = perf.make_attention("talking_heads", 24, 32, heads_k=24, heads_v=24)
+  att = model_lib.make_attention("talking_heads", 24, 32, heads_k=24,
+                                 heads_v=24)
   by_bytes, picked, fits, _ = _auto_pick(att, 768, 512, 2, 8, "tpu_v3")
   assert by_bytes == picked == "batch_query_split" and fits
 
@@ -276,7 +281,7 @@ def test_auto_pick_when_time_and_bytes_disagree():
   # parallel sends the fewest bytes (147456 elements against 208920) but
   # keeps the softmax of every head on every device; batch_query_split
   # splits it 4 ways and is predicted faster
-  att = perf.make_attention("project_logits", 4, 64, heads_k=4)
+  att = model_lib.make_attention("project_logits", 4, 64, heads_k=4)
   by_bytes, picked, fits, priced = _auto_pick(att, 256, 64, 2, 4, "tpu_v3")
   assert (by_bytes, picked, fits) == ("heads_parallel", "batch_query_split",
                                       True)
@@ -288,9 +293,9 @@ def test_auto_pick_when_the_fastest_does_not_fit():
   # logits projection 24 x 64, length 2048, batch 2, 25 layers on a v2-8
   # as model:8: query_split is the fastest but keeps K and V whole (7.45
   # GiB per core, over the 7.20 usable); batch_query_split fits (7.198)
-  att = perf.make_attention("project_logits", 24, 64, heads_k=24)
-  model = perf.make_model("lm", 25, 768, 3072, 32128, 2, 2048, 2048,
-                          dec_self=att, relative_bias=False)
+  att = model_lib.make_attention("project_logits", 24, 64, heads_k=24)
+  model = model_lib.make_model("lm", 25, 768, 3072, 32128, 2, 2048, 2048,
+                               dec_self=att, relative_bias=False)
   _, picked, fits, priced = _auto_pick(att, 768, 2048, 2, 8, "tpu_v2", model)
   by = {c.name: c for c in priced}
   assert min(priced, key=lambda c: c.seconds).name == "query_split"
@@ -303,20 +308,20 @@ def test_auto_pick_when_the_fastest_does_not_fit():
 
 
 def test_plan_ranks_with_the_same_seconds_as_auto():
-  # plan()'s step time is perf's heads-parallel step plus, per attention
+  # plan()'s step time is step_time's heads-parallel step plus, per attention
   # layer, strategy_seconds(strategy) - strategy_seconds(heads_parallel)
-  att = perf.make_attention("talking_heads", 8, 16, heads_k=8, heads_v=8)
-  model = perf.make_model("lm", 2, 128, 256, 512, 8, 64, 64, dec_self=att,
-                          relative_bias=False)
-  hw = perf.get_hardware("tpu_v3")
-  impl = memory.implementation("mtf_th")
+  att = model_lib.make_attention("talking_heads", 8, 16, heads_k=8, heads_v=8)
+  model = model_lib.make_model("lm", 2, 128, 256, 512, 8, 64, 64, dec_self=att,
+                               relative_bias=False)
+  hw = hardware_lib.get_hardware("tpu_v3")
+  impl = hardware_lib.implementation("mtf_th")
   rows = {(c.mesh_shape, c.strategy): c for c in planner.plan(
       model, "tpu_v3", 4, recompute_options=(False,))}
   base = rows["batch:1,model:4", "heads_parallel"].step_s
   for s in ("batch_split", "query_split"):
     want = base + 2 * sum(
         sign * planner.strategy_seconds(
-            name, planner.ring_elements(name, att, 128, 64, 64, 8, 4), att,
+            name, prices.attention_elements(name, att, 128, 64, 64, 8, 4), att,
             128, 64, 64, 8, 4, hw, impl)[0]
         for sign, name in ((1, s), (-1, "heads_parallel")))
     assert rows["batch:1,model:4", s].step_s == pytest.approx(want)
@@ -324,7 +329,7 @@ def test_plan_ranks_with_the_same_seconds_as_auto():
 
 def test_pasting_a_recompute_rows_bindings_silences_the_fit_warning():
   from mtf_talking_heads.estimate import fit_check  # pylint: disable=g-import-not-at-top
-  model = perf.model_from_gin([TH24])
+  model = model_lib.model_from_gin([TH24])
   cands = {(c.mesh_shape, c.recompute): c
            for c in planner.plan(model, "tpu_v3", 8)
            if c.strategy == "heads_parallel"}

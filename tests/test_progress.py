@@ -1,4 +1,4 @@
-"""progress.ProgressHook: an honest ETA and a monotonic train_log.csv clock.
+"""hooks.ProgressHook: an honest ETA and a monotonic train_log.csv clock.
 
 The hook is driven by hand (a stand-in session and clock, no TF session):
 the first update of a run is slow (graph optimisation, warm-up), the rest
@@ -10,6 +10,8 @@ import os
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads.runtime import progress
+from mtf_talking_heads.runtime import run_files
+from mtf_talking_heads.training import hooks
 
 
 class _Session(object):
@@ -36,13 +38,13 @@ def _drive(model_dir, start, stop, durations, train_steps, monkeypatch,
   durations(step) is the wall time of the update that reaches `step`.
   """
   clock = [1000.0]
-  monkeypatch.setattr(progress.time, "time", lambda: clock[0])
+  monkeypatch.setattr(hooks.time, "time", lambda: clock[0])
   stream = io.StringIO()
   with tf.Graph().as_default():
     tf.train.create_global_step()
     tf.add_to_collection(tf.GraphKeys.LOSSES, tf.constant(1.0))
-    hook = progress.ProgressHook(model_dir, train_steps, stream=stream,
-                                 print_every_secs=print_every_secs)
+    hook = hooks.ProgressHook(model_dir, train_steps, stream=stream,
+                              print_every_secs=print_every_secs)
     hook.begin()
     session = _Session(start)
     hook.after_create_session(session, None)
@@ -88,7 +90,7 @@ def test_elapsed_never_decreases_across_a_resume(tmp_path, monkeypatch):
   _drive(model_dir, 0, 35, lambda s: 1.0, 40, monkeypatch)
   # resumed from checkpoint 30: steps 31..35 are done again, 36.. are new
   _drive(model_dir, 30, 40, lambda s: 0.1, 40, monkeypatch)
-  rows = progress.read_train_log(model_dir)
+  rows = run_files.read_train_log(model_dir)
   assert [r["step"] for r in rows] == list(range(1, 41))
   elapsed = [r["elapsed_sec"] for r in rows]
   assert elapsed == sorted(elapsed), elapsed

@@ -99,14 +99,14 @@ def test_sweep_dry_run_reports_a_row_that_fails_the_pre_flight(tmp_path):
   assert not (tmp_path / "out").exists()
 
 
-# What `mtf_th train` without --verbose sets up (train.setup_logging(False),
+# What `mtf_th train` without --verbose sets up (common.setup_logging(False),
 # before TensorFlow is loaded), then what compat did to mtf's tf.Print and
 # TF's and absl's log levels; run with MTF_TH_VERBOSE=0 (quiet) and =1 (a
 # verbose parent command, e.g. `mtf_th demo --verbose`, set it).
 _MODE = r"""
 import os
-from mtf_talking_heads.commands import train
-train.setup_logging(False)
+from mtf_talking_heads.commands import common
+common.setup_logging(False)
 from mesh_tensorflow.transformer import utils
 import tensorflow.compat.v1 as tf
 from absl import logging
@@ -150,8 +150,8 @@ def test_verbose_keeps_what_compat_hides(modes):
 def test_demo_verbose_reaches_the_train_and_eval_runs(tmp_path, monkeypatch):
   # the demo runs `mtf_th train/eval` through the sweep in child processes:
   # --verbose reaches them as compat's environment variable
-  from mtf_talking_heads.core import compat  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.commands import demo  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.core import compat  # pylint: disable=g-import-not-at-top
   seen = []
 
   class Proc(object):  # the sweep's child process (sweep/run.py)

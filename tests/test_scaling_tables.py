@@ -6,8 +6,8 @@ twice; fast (no model is built)."""
 import pytest
 
 from mtf_talking_heads.core import gin_text
-from mtf_talking_heads.experiments import sweep
 from mtf_talking_heads.data import corpus
+from mtf_talking_heads.experiments import sweep
 
 SIZES = {"scaling_d128": (128, 750), "scaling_d192": (192, 1750),
          "scaling_d256": (256, 3000)}

@@ -19,7 +19,7 @@ SMALL_TABLES = ("lm_heads", "encdec_heads", "lm_variants", "span_heads")
 
 def test_lm_bytes_task_is_the_corpus_bytes():
   import seqio  # pylint: disable=g-import-not-at-top
-  import mtf_talking_heads.data  # pylint: disable=g-import-not-at-top,unused-import
+  import mtf_talking_heads.data  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   task = seqio.get_mixture_or_task("th_lm_bytes")
   ds = task.get_dataset({"inputs": 32, "targets": 32}, split="validation",
                         shuffle=False)

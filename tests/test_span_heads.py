@@ -14,8 +14,8 @@ import seqio
 from mtf_talking_heads import cli
 from mtf_talking_heads import data  # noqa: F401  (registers the tasks)
 from mtf_talking_heads.core import gin_text
-from mtf_talking_heads.experiments import sweep
 from mtf_talking_heads.data import tasks
+from mtf_talking_heads.experiments import sweep
 from mtf_talking_heads.experiments.sweep import finetune as finetune_lib
 from mtf_talking_heads.experiments.sweep import plan as plan_lib
 

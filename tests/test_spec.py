@@ -7,8 +7,8 @@ drift: each variant's gin class is built (no graph) and compared.
 """
 import pytest
 
-from mtf_talking_heads.nn import layers
 from mtf_talking_heads.core import spec
+from mtf_talking_heads.nn import layers
 
 _SMALL = dict(heads=4, d_k=4, d_v=4)
 _EXTRA = {spec.GROUPED: dict(groups=2), spec.DYNAMIC: dict(dynamic=("x2l",))}

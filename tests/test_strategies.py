@@ -1,6 +1,6 @@
-"""Sharding strategies (sharding.py): sharded == unsharded, and clear errors.
+"""Sharding strategies (nn/strategies): sharded == unsharded, clear errors.
 
-1. Every strategy of sharding.STRATEGIES, for multi-head, talking heads
+1. Every strategy of strategies.STRATEGIES, for multi-head, talking heads
    (h_k != h), logits-only and dynamic projections, on model:2, model:4,
    model:8 and batch:2 x model:4 (batch_split_gathered: one model per mesh,
    each model's path once; batch_query_split: one model per mesh at a
@@ -37,11 +37,12 @@ import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 import numpy as np
 import pytest
 
-from mtf_talking_heads.nn import attention
+from mtf_talking_heads.estimate import prices
 from mtf_talking_heads.measure import comm
 from mtf_talking_heads.measure import harness
+from mtf_talking_heads.nn import attention
 from mtf_talking_heads.nn import layers
-from mtf_talking_heads.nn import sharding
+from mtf_talking_heads.nn import strategies
 import _strategy_util as su
 
 D_MODEL, VOCAB, BATCH, LENGTH = su.D_MODEL, su.VOCAB, su.BATCH, su.LENGTH
@@ -95,7 +96,7 @@ ONE_D_MESH = {
 def _matrix():
   """Every (model, strategy, mesh) and whether it runs (else pre-flight)."""
   for model in MODELS:
-    for strategy in sharding.STRATEGIES:
+    for strategy in strategies.STRATEGIES:
       for mesh in MESHES:
         once = ONCE_PER_MESH.get(strategy)
         if once is not None and once.get(mesh) != model:
@@ -136,7 +137,7 @@ def references():
   def get(model, batch=BATCH):
     if (model, batch) not in cache:
       run = harness.Harness(
-          [su.make_layer(model, sharding.HeadsParallel(ordered=False))],
+          [su.make_layer(model, strategies.HeadsParallel(ordered=False))],
           d_model=D_MODEL, vocab=VOCAB, batch=batch, length=LENGTH,
           optimizer_step=True, config=su.session_config())
       initial = run.variable_values()
@@ -176,8 +177,8 @@ BATCH_QUERY = {
 def test_sharded_equals_unsharded_batch_query_split(references, model, mesh,
                                                    batch):
   mesh_shape = MESHES[mesh]
-  assert sharding._batch_query_factors(  # pylint: disable=protected-access
-      sharding.MeshLayout(mesh_shape, "batch:batch"), "model",
+  assert prices.batch_query_factors(
+      strategies.MeshLayout(mesh_shape, "batch:batch"), "model",
       batch) == BATCH_QUERY[model, mesh, batch]
   _check_sharded(references, model, "batch_query_split", mesh, batch)
 
@@ -185,7 +186,7 @@ def test_sharded_equals_unsharded_batch_query_split(references, model, mesh,
 def _checked(model, strategy_name, mesh, batch):
   """(strategy, layer, layout) for a case, which strategy.check accepts."""
   mesh_shape = MESHES[mesh]
-  strategy = sharding.make_strategy(strategy_name)
+  strategy = strategies.make_strategy(strategy_name)
   layer = su.make_layer(model, strategy)
   layout = su.layout_for(layer, mesh_shape, strategy)
   strategy.check(layer.dims, mesh_shape, layout, batch, LENGTH)
@@ -221,7 +222,7 @@ def _check_sharded(references, model, strategy_name, mesh, batch):
     # the core really moved: heads-split -> S-split all-to-alls, and every
     # n x m x heads slice is 1/P of the whole
     assert summary["alltoall"] > 0
-    assert max_slice * sharding.MeshLayout(
+    assert max_slice * strategies.MeshLayout(
         mesh_shape, "").mesh_shape.size == max_size
 
 
@@ -236,9 +237,9 @@ def test_768_heads_tiny_trains_query_split_on_8_devices():
   kwargs = dict(d_model=16, vocab=VOCAB, batch=1, length=16,
                 optimizer_step=True, learning_rate=0.5,
                 config=su.session_config())
-  ref = harness.Harness([make(sharding.HeadsParallel(ordered=False))],
+  ref = harness.Harness([make(strategies.HeadsParallel(ordered=False))],
                         **kwargs)
-  layer = make(sharding.QuerySplit())
+  layer = make(strategies.QuerySplit())
   layout = "heads_k:model;heads_v:model;core_shard:model"
   run = harness.Harness([layer], mesh_shape="model:8", layout=layout,
                         mesh_impl_cls=su.impl_cls("model:8"), **kwargs)
@@ -268,32 +269,32 @@ TH_LAYOUT = "heads_k:model;heads_v:model;core_shard:model"
 
 @pytest.mark.parametrize("strategy, dims, mesh_shape, layout, batch, length, "
                          "words", [
-    pytest.param(sharding.QuerySplit(), TH, "model:8", TH_LAYOUT, 8, 12,
+    pytest.param(strategies.QuerySplit(), TH, "model:8", TH_LAYOUT, 8, 12,
                  ["'length'", "'model'", "12"], id="query_split-length"),
-    pytest.param(sharding.BatchSplit(), TH, "model:8", TH_LAYOUT, 4, 8,
+    pytest.param(strategies.BatchSplit(), TH, "model:8", TH_LAYOUT, 4, 8,
                  ["'batch'", "'model'", "4"], id="batch_split-batch"),
-    pytest.param(sharding.BatchSplit(), TH, "batch:2;model:4",
+    pytest.param(strategies.BatchSplit(), TH, "batch:2;model:4",
                  "batch:batch;" + TH_LAYOUT, 4, 8,
                  ["'batch'", "'model'", "'batch' (size 2)"],
                  id="batch_split-batch-within-batch-axis"),
-    pytest.param(sharding.QuerySplit(), TH, "model:8",
+    pytest.param(strategies.QuerySplit(), TH, "model:8",
                  "heads_k:model;heads_v:model", 8, 8,
                  ["'core_shard'", "'model'", "core_shard:model"],
                  id="missing-shard-rule"),
-    pytest.param(sharding.QuerySplit(), TH, "batch:8",
+    pytest.param(strategies.QuerySplit(), TH, "batch:8",
                  "core_shard:batch", 8, 8, ["'model'", "batch:8"],
                  id="mesh-lacks-axis"),
-    pytest.param(sharding.QuerySplit(), TH, "model:8",
+    pytest.param(strategies.QuerySplit(), TH, "model:8",
                  TH_LAYOUT + ";length:model", 8, 8, ["'length'", "'model'"],
                  id="split-dim-on-axis"),
-    pytest.param(sharding.BatchSplit(), MHA, "batch:2;model:4",
+    pytest.param(strategies.BatchSplit(), MHA, "batch:2;model:4",
                  "heads:batch;core_shard:model", 8, 8,
                  ["'heads'", "'batch'"], id="heads-on-other-axis"),
-    pytest.param(sharding.HeadsParallel(), TH, "model:8",
+    pytest.param(strategies.HeadsParallel(), TH, "model:8",
                  "heads_k:model;heads:model", 8, 8,
                  ["'heads_k'", "'heads'", "'model'", "P_l"],
                  id="heads_parallel-obstacle-1"),
-    pytest.param(sharding.HeadsParallel(), MHA, "model:3", "heads:model", 8,
+    pytest.param(strategies.HeadsParallel(), MHA, "model:3", "heads:model", 8,
                  8, ["'heads'", "'model'", "size 3"],
                  id="heads_parallel-indivisible-heads"),
 ])
@@ -316,14 +317,14 @@ def test_measure_fails_before_building_a_graph(monkeypatch):
 
 def test_graph_build_fails_on_a_layout_the_strategy_cannot_serve():
   """Without check(): the strategy reads the layout from the model."""
-  layer = su.make_layer("th", sharding.QuerySplit())
+  layer = su.make_layer("th", strategies.QuerySplit())
   with pytest.raises(ValueError, match="'length'.*'model'"):
     harness.Harness([layer], d_model=D_MODEL, vocab=VOCAB, batch=BATCH,
                     length=12, mesh_shape="model:8", layout=TH_LAYOUT,
                     run=False)
   with pytest.raises(ValueError, match="layout="):
     # no layout given to the model at all
-    sharding.QuerySplit().core(
+    strategies.QuerySplit().core(
         context=type("C", (), {"model": None})(), dims=TH,
         q=_FakeTensor(["batch", "length"]), k=None, v=None,
         memory_length=None, p_l=None, p_w=None, dynamic_l=[], dynamic_w=[],
@@ -350,12 +351,12 @@ def test_strategies_are_selected_by_gin():
   with gin.config_scope("strategy_test"):
     th = layers.TalkingHeadsAttention()
     mha = layers.MultiHeadAttention()
-  assert isinstance(th.strategy, sharding.QuerySplit)
+  assert isinstance(th.strategy, strategies.QuerySplit)
   assert th.strategy.name == "query_split_allgather"
-  assert isinstance(mha.strategy, sharding.BatchSplit)
+  assert isinstance(mha.strategy, strategies.BatchSplit)
   assert mha.strategy.layout_rules() == [("core_shard", "model")]
   assert isinstance(layers.TalkingHeadsAttention().strategy,
-                    sharding.Auto)  # outside the scope: the default
+                    strategies.Auto)  # outside the scope: the default
 
 
 def _greedy_decode(strategy, mesh_shape, layout, values=None):
@@ -373,7 +374,7 @@ def _greedy_decode(strategy, mesh_shape, layout, values=None):
 @pytest.fixture(scope="module")
 def unsharded_decode():
   """(decoded ids, weights) of the unsharded talking-heads model."""
-  return _greedy_decode(sharding.HeadsParallel(ordered=False), "", "")
+  return _greedy_decode(strategies.HeadsParallel(ordered=False), "", "")
 
 
 @pytest.mark.parametrize("mesh_shape, layout", [
@@ -393,8 +394,8 @@ def test_greedy_decoding_under_split_strategies_equals_unsharded(
   core_shard, batch_per_shard, heads, n, m), as in training.
   """
   want, values = unsharded_decode
-  for strategy in (sharding.BatchSplit(), sharding.QuerySplit(),
-                   sharding.GatheredBatchSplit()):
+  for strategy in (strategies.BatchSplit(), strategies.QuerySplit(),
+                   strategies.GatheredBatchSplit()):
     got, _ = _greedy_decode(strategy, mesh_shape, layout, values)
     np.testing.assert_array_equal(got, want)
 
@@ -405,8 +406,8 @@ def test_greedy_decoding_under_batch_query_split_equals_unsharded():
   stack = lambda s: [su.make_layer("th", s) for _ in range(2)]  # noqa: E731
   decoded = []
   for strategy, mesh_shape, layout in [
-      (sharding.HeadsParallel(ordered=False), "", ""),
-      (sharding.BatchQuerySplit(), "batch:2;model:4",
+      (strategies.HeadsParallel(ordered=False), "", ""),
+      (strategies.BatchQuerySplit(), "batch:2;model:4",
        "batch:batch;" + TH_LAYOUT)]:
     layers_ = stack(strategy)
     for i, layer in enumerate(layers_):

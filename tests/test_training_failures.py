@@ -61,9 +61,9 @@ class FailAt(tf.train.SessionRunHook):
 
 
 gin.external_configurable(FailAt, module="test")
-from mtf_talking_heads.commands import train as train_command
-from mtf_talking_heads.commands import evaluate as eval_command
 from mtf_talking_heads.commands import decode as decode_command
+from mtf_talking_heads.commands import evaluate as eval_command
+from mtf_talking_heads.commands import train as train_command
 
 model_dir = sys.argv[1]
 common = ["--model_dir", model_dir,

@@ -29,7 +29,7 @@ class ModuleImportAction(argparse.Action):
     except ImportError as e:
       raise argparse.ArgumentError(
           self, "cannot import %r (%s): give an importable module, e.g. "
-          "--module_import=my_package.tasks" % (values, e))
+          "--module_import=my_package.tasks" % (values, e)) from e
     modules = list(getattr(namespace, self.dest, None) or [])
     setattr(namespace, self.dest, modules + [values])
 

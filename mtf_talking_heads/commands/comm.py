@@ -8,7 +8,7 @@
       --mesh_shape model:8 --layout groups:model --strategy heads_parallel
 
 One header line and one row per strategy (--strategy all, the default: every
-strategy in sharding.STRATEGIES that can apply; one that cannot is reported
+strategy in strategies.STRATEGIES that can apply; one that cannot is reported
 on stderr; --strategy auto: the row of what mtf_th.Auto picks, its strategy
 column "auto:<name>", and on stderr the predicted bytes per device of every
 candidate, or why it does not apply) with the columns variant,strategy,mesh_shape,layout,allreduce,
@@ -26,16 +26,17 @@ status 2 and one message on stderr.
 import sys
 
 from mtf_talking_heads import commands
-from mtf_talking_heads.estimate import costs
-from mtf_talking_heads.estimate import prices
 from mtf_talking_heads.core import spec
+from mtf_talking_heads.estimate import costs
+from mtf_talking_heads.estimate import strategy_table
 
 PROG = "mtf_th comm"
 
-# The names of sharding.STRATEGIES and comm.VARIANTS, from the TensorFlow-free
-# modules (tests/test_bad_inputs.py checks that they agree): --help and bad
+# The strategy names (estimate/strategy_table.py, what strategies.STRATEGIES
+# is built from) and comm.VARIANTS, from the TensorFlow-free modules
+# (tests/test_bad_inputs.py checks that they agree): --help and bad
 # arguments need no TensorFlow.
-STRATEGY_NAMES = prices.STRATEGY_NAMES
+STRATEGY_NAMES = strategy_table.NAMES
 VARIANTS = spec.SHARDED_VARIANTS
 
 
@@ -118,15 +119,14 @@ def main(argv=None):
     return 2
   # TensorFlow is imported only now (--help and bad arguments stay fast);
   # the CPU is split into logical devices before any graph is built.
-  from mtf_talking_heads.measure import comm  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.core import compat  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.nn import sharding  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.measure import comm  # pylint: disable=g-import-not-at-top
   try:
     config = comm.make_config(
         args.variant, args.heads, args.d_k, args.d_v, args.d_model,
         args.length, args.batch, heads_k=args.heads_k, heads_v=args.heads_v,
         dynamic=args.dynamic or (), groups=args.groups)
-    names = (list(sharding.STRATEGIES) if args.strategy == "all"
+    names = (list(STRATEGY_NAMES) if args.strategy == "all"
              else [args.strategy])
     comm.check_config(config, args.mesh_shape, args.layout)
     compat.split_cpu(comm.num_devices([args.mesh_shape]))

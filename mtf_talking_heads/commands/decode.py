@@ -14,8 +14,8 @@ import os
 import sys
 
 from mtf_talking_heads import commands
+from mtf_talking_heads.commands import common
 from mtf_talking_heads.commands import prechecks
-from mtf_talking_heads.commands import train as train_command
 
 PROG = "mtf_th decode"
 
@@ -23,13 +23,13 @@ PROG = "mtf_th decode"
 def main(argv=None):
   parser = commands.ArgumentParser(prog=PROG,
                                     description=__doc__.splitlines()[0])
-  train_command.add_common_flags(parser, "the trained model")
+  common.add_common_flags(parser, "the trained model")
   parser.add_argument("--input", action="append", default=None,
                       help="a text to decode (repeatable)")
   parser.add_argument("--input_file", default=None,
                       help="a file with one text per line")
   parser.add_argument("--output_file", default=None)
-  parser.add_argument("--num_examples", type=train_command.positive_int,
+  parser.add_argument("--num_examples", type=common.positive_int,
                       default=8, help="held-out inputs when none are given")
   parser.add_argument("--checkpoint_step", type=int, default=None)
   argv = sys.argv[1:] if argv is None else argv
@@ -42,7 +42,7 @@ def main(argv=None):
           inputs += [line.rstrip("\n") for line in f if line.strip()]
       except OSError as e:
         raise training.ConfigError("--input_file %r: %s" % (args.input_file,
-                                                            e))
+                                                            e)) from e
       if not inputs:
         raise training.ConfigError("--input_file %r has no non-empty line"
                                    % args.input_file)
@@ -62,8 +62,8 @@ def main(argv=None):
     return 0
 
   def precheck(args):
-    train_command.check_common(args, writes=False)
-    if not args.tpu and not args.cluster:  # as train's memory_check
+    common.check_common(args, writes=False)
+    if not args.tpu and not args.cluster:  # as common.memory_check
       prechecks.forward_memory(args.model_dir, args.gin_file, args.gin_param,
                                "decode")
     if args.input_file and not os.path.isfile(args.input_file):
@@ -73,7 +73,7 @@ def main(argv=None):
       prechecks.directory(os.path.dirname(os.path.abspath(args.output_file)),
                           "--output_file's directory", write=True)
 
-  return train_command.run_command(PROG, parser, argv, body, precheck)
+  return common.run_command(PROG, parser, argv, body, precheck)
 
 
 if __name__ == "__main__":

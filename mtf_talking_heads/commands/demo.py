@@ -37,9 +37,9 @@ import sys
 import time
 
 from mtf_talking_heads import commands
-from mtf_talking_heads.core import spec
+from mtf_talking_heads.commands import common
 from mtf_talking_heads.commands import prechecks
-from mtf_talking_heads.commands import train as train_command
+from mtf_talking_heads.core import spec
 
 PROG = "mtf_th demo"
 TABLE = "lm_heads"
@@ -202,13 +202,13 @@ def main(argv=None):
   parser = commands.ArgumentParser(prog=PROG,
                                     description=__doc__.splitlines()[0])
   parser.add_argument("--output_dir", default="demo_output")
-  parser.add_argument("--heads", type=train_command.positive_int, default=8,
+  parser.add_argument("--heads", type=common.positive_int, default=8,
                       help="head count of both models (4, 8, 16 or 32)")
-  parser.add_argument("--train_steps", type=train_command.positive_int,
+  parser.add_argument("--train_steps", type=common.positive_int,
                       default=1000)
-  parser.add_argument("--eval_every", type=train_command.positive_int,
+  parser.add_argument("--eval_every", type=common.positive_int,
                       default=250, help="held-out evaluation every N steps")
-  parser.add_argument("--seed", type=train_command.positive_int, default=1)
+  parser.add_argument("--seed", type=common.positive_int, default=1)
   parser.add_argument("--scale", choices=("small", "tiny"), default=SCALE,
                       help="small (default): models/lm_small.gin; tiny: "
                       "models/lm_tiny.gin, for tests (seconds, no signal)")

@@ -19,12 +19,11 @@ metric_fns, scores them with those (t5's accuracy, SQuAD exact match / F1,
 <model_dir>/downstream_results.csv.  One checkpoint: the latest, or the
 single step of --checkpoint_steps.
 """
-import os
 import sys
 
 from mtf_talking_heads import commands
+from mtf_talking_heads.commands import common
 from mtf_talking_heads.commands import prechecks
-from mtf_talking_heads.commands import train as train_command
 
 PROG = "mtf_th eval"
 
@@ -40,7 +39,7 @@ def parse_steps(text):
   except ValueError:
     raise commands.UsageError(
         "--checkpoint_steps must be comma-separated integers, 'all' or "
-        "'latest', got %r" % text)
+        "'latest', got %r" % text) from None
   if not steps or any(s < 0 for s in steps):
     raise commands.UsageError(
         "--checkpoint_steps must list non-negative steps, got %r" % text)
@@ -50,7 +49,7 @@ def parse_steps(text):
 def main(argv=None):
   parser = commands.ArgumentParser(prog=PROG,
                                     description=__doc__.splitlines()[0])
-  train_command.add_common_flags(parser, "the trained model")
+  common.add_common_flags(parser, "the trained model")
   parser.add_argument("--checkpoint_steps", default=None,
                       help="comma-separated steps, 'all' or 'latest' "
                            "(default)")
@@ -62,7 +61,7 @@ def main(argv=None):
                       help="with --metrics: the task or mixture to score "
                            "(default: the model's MIXTURE_NAME)")
   parser.add_argument("--max_eval_examples", default=None,
-                      type=train_command.positive_int, metavar="N",
+                      type=common.positive_int, metavar="N",
                       help="with --metrics: at most N held-out examples per "
                            "task (default: all)")
   parser.add_argument("--data_dir", default=None, metavar="DIR",
@@ -74,7 +73,7 @@ def main(argv=None):
     try:
       steps = parse_steps(args.checkpoint_steps)
     except commands.UsageError as e:
-      raise training.ConfigError(str(e))
+      raise training.ConfigError(str(e)) from e
     if args.metrics:
       return _metrics(args, training, steps)
     results = training.evaluate(args.model_dir, args.gin_file, args.gin_param,
@@ -93,18 +92,18 @@ def main(argv=None):
                              args.data_dir):
       raise commands.UsageError("--task, --max_eval_examples and --data_dir "
                                 "go with --metrics")
-    train_command.check_common(
+    common.check_common(
         args, writes=False,
         purpose=("downstream_results.csv" if args.metrics else
                  "eval_results.csv and the eval events"))
     if args.metrics:  # this package's and t5's names (data/task_names.py)
       prechecks.task(args.task, prechecks.run_gin_files(
           args.model_dir, args.gin_file), "--task", args.module_import)
-    if not args.tpu and not args.cluster:  # as train's memory_check
+    if not args.tpu and not args.cluster:  # as common.memory_check
       prechecks.forward_memory(args.model_dir, args.gin_file, args.gin_param,
                                "eval")
 
-  return train_command.run_command(PROG, parser, argv, body, precheck)
+  return common.run_command(PROG, parser, argv, body, precheck)
 
 
 def _metrics(args, training, steps):

@@ -20,8 +20,8 @@ is built.
 import sys
 
 from mtf_talking_heads import commands
+from mtf_talking_heads.commands import common
 from mtf_talking_heads.commands import prechecks
-from mtf_talking_heads.commands import train as train_command
 
 PROG = "mtf_th finetune"
 
@@ -29,23 +29,23 @@ PROG = "mtf_th finetune"
 def main(argv=None):
   parser = commands.ArgumentParser(prog=PROG,
                                     description=__doc__.splitlines()[0])
-  train_command.add_common_flags(parser, "the fine-tuned model")
+  common.add_common_flags(parser, "the fine-tuned model")
   parser.add_argument("--pretrained_model_dir", required=True)
   parser.add_argument("--checkpoint_step", type=int, default=None)
-  parser.add_argument("--finetune_steps", type=train_command.positive_int,
+  parser.add_argument("--finetune_steps", type=common.positive_int,
                       default=None)
   parser.add_argument("--data_dir", default=None, metavar="DIR",
                       help="TFDS data directory of the fine-tuning tasks "
                            "(e.g. gs://BUCKET/tensorflow_datasets)")
-  train_command.add_checkpoint_flags(parser)
+  common.add_checkpoint_flags(parser)
   argv = sys.argv[1:] if argv is None else argv
 
   def body(args, training):
     check_tfds_data(args, training)
-    train_command.memory_check(args, training)
+    common.memory_check(args, training)
     rows = training.finetune(args.model_dir, args.pretrained_model_dir,
                              args.gin_file, args.gin_param +
-                             train_command.checkpoint_params(args),
+                             common.checkpoint_params(args),
                              finetune_steps=args.finetune_steps,
                              checkpoint_step=args.checkpoint_step,
                              tpu=args.tpu, tpu_zone=args.tpu_zone,
@@ -56,11 +56,11 @@ def main(argv=None):
     return 0
 
   def precheck(args):
-    train_command.check_common(args)
+    common.check_common(args)
     prechecks.directory(args.pretrained_model_dir, "--pretrained_model_dir",
                         must_exist=True)
 
-  return train_command.run_command(PROG, parser, argv, body, precheck)
+  return common.run_command(PROG, parser, argv, body, precheck)
 
 
 def check_tfds_data(args, training):

@@ -15,15 +15,19 @@ ratio with the paper's printed step time, both ratios to Table 1's 12-head
 multi-head row (paper_ratio, predicted_ratio) and error = predicted_ratio /
 paper_ratio - 1; it defaults to the paper's assumed setup
 (--hardware tpu_v3, --mesh_shape batch:32, --implementation mtf).  The
-model is perf.py's; docs/costs.md ("Step time model") explains it.  Bad
+model is estimate/step_time.py's; docs/costs.md ("Step time model")
+explains it.  Bad
 arguments exit with status 2 and one message on stderr.
 """
 import sys
 
 from mtf_talking_heads import commands
 
-from mtf_talking_heads.estimate import perf
 from mtf_talking_heads.core import spec
+from mtf_talking_heads.estimate import hardware as hardware_lib
+from mtf_talking_heads.estimate import model as model_lib
+from mtf_talking_heads.estimate import paper
+from mtf_talking_heads.estimate import step_time
 
 PROG = "mtf_th perf"
 COLUMNS = ("row", "label", "step_s", "compute_s", "memory_s", "network_s",
@@ -43,23 +47,23 @@ def _build_parser():
                       help="every row of gin/experiments/NAME, e.g. t5_heads")
   parser.add_argument("--compare_paper", action="store_true",
                       help="next to the paper's printed step times (tables: "
-                      "%s)" % ", ".join(perf.PAPER_STEP_TIMES))
+                      "%s)" % ", ".join(paper.PAPER_STEP_TIMES))
   parser.add_argument("--hardware", metavar="NAME",
                       help="one of %s (default: tpu_v3)"
-                      % ", ".join(perf.hardware_names()))
+                      % ", ".join(hardware_lib.hardware_names()))
   parser.add_argument("--mesh_shape", metavar="SHAPE",
                       help="batch:B,model:P (default batch:1; with "
-                      "--compare_paper %s)" % perf.PAPER_MESH)
+                      "--compare_paper %s)" % paper.PAPER_MESH)
   parser.add_argument("--implementation", metavar="NAME",
                       help="%s (default mtf_th; with --compare_paper mtf)"
-                      % ", ".join(perf.IMPLEMENTATIONS))
-  parser.add_argument("--vocab", type=int, default=perf.PAPER_T5["vocab"],
+                      % ", ".join(hardware_lib.IMPLEMENTATIONS))
+  parser.add_argument("--vocab", type=int, default=model_lib.PAPER_T5["vocab"],
                       metavar="N", help="vocabulary size (the task's; "
                       "default T5's 32128)")
   parser.add_argument("--reference", metavar="ROW",
                       help="row whose step time the ratio column divides by "
                       "(default: the first)")
-  for name in perf.Efficiency._fields:
+  for name in hardware_lib.Efficiency._fields:
     parser.add_argument("--%s_efficiency" % name, type=float, metavar="F",
                         help="fraction of peak %s reached (default: the "
                         "hardware's)" % name)
@@ -68,12 +72,13 @@ def _build_parser():
 
 
 def _efficiency(args, hardware):
-  given = [getattr(args, n + "_efficiency") for n in perf.Efficiency._fields]
+  given = [getattr(args, n + "_efficiency")
+           for n in hardware_lib.Efficiency._fields]
   if all(v is None for v in given):
     return None
-  base = perf.get_hardware(hardware).efficiency
-  return perf.Efficiency(*[b if v is None else v
-                           for b, v in zip(base, given)])
+  base = hardware_lib.get_hardware(hardware).efficiency
+  return hardware_lib.Efficiency(*[b if v is None else v
+                                   for b, v in zip(base, given)])
 
 
 def _rows(args):
@@ -83,15 +88,16 @@ def _rows(args):
     if args.gin_file or args.gin_param:
       raise commands.UsageError("--paper_table reads its own gin files; drop "
                                 "--gin_file / --gin_param")
-    return perf.experiment_rows(args.paper_table, vocab=args.vocab)
+    return model_lib.experiment_rows(args.paper_table, vocab=args.vocab)
   if not args.gin_file:
     raise commands.UsageError("give --gin_file FILE (repeatable) or "
                               "--paper_table NAME")
-  model = perf.model_from_gin(args.gin_file, args.gin_param, vocab=args.vocab)
-  perf.check_gin_layout(args.gin_file, args.gin_param, model)
+  model = model_lib.model_from_gin(args.gin_file, args.gin_param,
+                                   vocab=args.vocab)
+  model_lib.check_gin_layout(args.gin_file, args.gin_param, model)
   name = args.gin_file[-1].rsplit("/", 1)[-1]
   return [(name[:-4] if name.endswith(".gin") else name,
-           perf.row_label(args.gin_file, args.gin_param), model)]
+           model_lib.row_label(args.gin_file, args.gin_param), model)]
 
 
 def _fmt(x, digits=4):
@@ -100,19 +106,17 @@ def _fmt(x, digits=4):
 
 def _settings(args):
   """(hardware, mesh_shape, implementation, efficiency), checked."""
-  paper = args.compare_paper
-  if paper and not args.paper_table:
+  compare = args.compare_paper
+  if compare and not args.paper_table:
     raise commands.UsageError("--compare_paper needs --paper_table NAME (one "
-                              "of %s)" % ", ".join(perf.PAPER_STEP_TIMES))
-  hardware = args.hardware or perf.PAPER_HARDWARE
-  perf.get_hardware(hardware)  # a bad name fails first
-  mesh = args.mesh_shape or (perf.PAPER_MESH if paper else "batch:1")
-  perf.parse_mesh(mesh)
-  impl = args.implementation or (perf.PAPER_IMPLEMENTATION if paper
+                              "of %s)" % ", ".join(paper.PAPER_STEP_TIMES))
+  hardware = args.hardware or paper.PAPER_HARDWARE
+  hardware_lib.get_hardware(hardware)  # a bad name fails first
+  mesh = args.mesh_shape or (paper.PAPER_MESH if compare else "batch:1")
+  model_lib.parse_mesh(mesh)
+  impl = args.implementation or (paper.PAPER_IMPLEMENTATION if compare
                                  else "mtf_th")
-  if impl not in perf.IMPLEMENTATIONS:
-    raise ValueError("--implementation %r is unknown; choose one of: %s"
-                     % (impl, ", ".join(perf.IMPLEMENTATIONS)))
+  hardware_lib.implementation(impl)  # a bad name fails naming the others
   return hardware, mesh, impl, _efficiency(args, hardware)
 
 
@@ -131,11 +135,12 @@ def _run(args):
   if args.reference and args.reference not in names:
     raise ValueError("--reference %r is not a row; choose one of: %s"
                      % (args.reference, ", ".join(names)))
-  results = [perf.predict(m, hardware, mesh, impl, eff) for _, _, m in rows]
+  results = [step_time.predict(m, hardware, mesh, impl, eff)
+             for _, _, m in rows]
   ref = results[names.index(args.reference) if args.reference else 0]
   compared = {}
   if args.compare_paper:
-    compared = {c["row"]: c for c in perf.compare_paper(
+    compared = {c["row"]: c for c in paper.compare_paper(
         args.paper_table, hardware, mesh, impl, eff)}
   cells = []
   for (name, label, _), r in zip(rows, results):

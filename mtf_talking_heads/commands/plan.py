@@ -5,19 +5,19 @@
 
 Enumerates the mesh shapes batch:B,model:P of --devices devices, the
 sharding strategies that apply to each and the heads-parallel core
-recomputed in the backward pass ("+recompute", recompute.py) (planner.py),
-predicts the memory of
-one training step per device (memory.py) and its step time (perf.py), drops
-what does not fit in the device's memory with --margin left free (default
-10%), and prints the rest fastest first: mesh_shape, strategy, memory_gib
-per device (and its parts: weights + gradients + optimizer state,
-activations, the n x m x heads tensors, temporaries), step_s, network_s and
-the gin bindings that run it (pass each with --gin_param).  --all lists the
-candidates that do not fit too (fits = no).  --batch B overrides the gin
-files' batch_size (the whole slice's).  When nothing fits: one line on
-stderr with the smallest memory found and what would make it fit, exit
-status 1.  Bad arguments exit with status 2 before anything is computed.
-TensorFlow is never imported.
+recomputed in the backward pass ("+recompute", strategies/recompute.py)
+(planner.py), predicts the memory of one training step per device
+(memory.py) and its step time (step_time.py), drops what does not fit in
+the device's memory with --margin left free (default 10%), and prints the
+rest fastest first: mesh_shape, strategy, memory_gib per device (and its
+parts: weights + gradients + optimizer state, activations, the n x m x
+heads tensors, temporaries), step_s, network_s and the gin bindings that
+run it (pass each with --gin_param).  --all lists the candidates that do
+not fit too (fits = no).  --batch B overrides the gin files' batch_size
+(the whole slice's).  When nothing fits: one line on stderr with the
+smallest memory found and what would make it fit, exit status 1.  Bad
+arguments exit with status 2 before anything is computed.  TensorFlow is
+never imported.
 """
 import sys
 
@@ -115,12 +115,12 @@ def dropout_on(gin_files, gin_params):
 
 def _run(args):
   from mtf_talking_heads.estimate import memory  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.estimate import perf  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import model as model_lib  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.estimate import planner  # pylint: disable=g-import-not-at-top
   _check(args)
   mesh = None
   if args.mesh_shape:
-    axes = perf.parse_mesh(args.mesh_shape)
+    axes = model_lib.parse_mesh(args.mesh_shape)
     if axes["batch"] * axes["model"] != args.devices:
       raise commands.UsageError(
           "--mesh_shape %r has %d devices, --devices is %d; make them equal"
@@ -131,7 +131,7 @@ def _run(args):
   params = list(args.gin_param)
   if args.batch:
     params.append("batch_size = %d" % args.batch)
-  model = perf.model_from_gin(args.gin_file, params, vocab=args.vocab)
+  model = model_lib.model_from_gin(args.gin_file, params, vocab=args.vocab)
   dropout = dropout_on(args.gin_file, params)
   candidates = _candidates(model, args, mesh, dropout)
   fitting = [c for c in candidates if c.fits]
@@ -177,10 +177,10 @@ PAPER_COLUMNS = ("row", "label", "batch_per_device", "data_parallel_gib",
 
 def _paper_table(args, mesh):
   """One line per experiment row: data parallel, and the best that fits."""
-  from mtf_talking_heads.estimate import perf  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import model as model_lib  # pylint: disable=g-import-not-at-top
   rows = []
-  for name, label, model in perf.experiment_rows(args.paper_table,
-                                                 vocab=args.vocab):
+  for name, label, model in model_lib.experiment_rows(args.paper_table,
+                                                      vocab=args.vocab):
     if args.batch:
       model = model._replace(batch=args.batch)
     candidates = _candidates(model, args, mesh)
@@ -206,8 +206,8 @@ class NothingFits(Exception):
 
 
 def main(argv=None):
-  from mtf_talking_heads.estimate import perf  # pylint: disable=g-import-not-at-top
-  parser = _build_parser(perf.hardware_names())
+  from mtf_talking_heads.estimate import hardware  # pylint: disable=g-import-not-at-top
+  parser = _build_parser(hardware.hardware_names())
   argv = list(sys.argv[1:] if argv is None else argv)
   args = commands.parse(parser, argv)
   if isinstance(args, int):

@@ -6,7 +6,7 @@ under a second instead of after TensorFlow's import.  Each function raises
 commands.UsageError with a message that names the flag and the fix.
 Imports only the standard library (and gin_paths / dir_lock, which do too);
 the checks that read gin files import gin's parser (gin_text) and the
-pure-Python memory model (memory, perf, planner), never TensorFlow.
+pure-Python memory model (memory, model, planner), never TensorFlow.
 """
 import ast
 import difflib
@@ -17,11 +17,11 @@ import socket
 import sys
 import threading
 
-from mtf_talking_heads.core import cache_paths
 from mtf_talking_heads import commands
+from mtf_talking_heads.core import cache_paths
 from mtf_talking_heads.core import compat
-from mtf_talking_heads.runtime import dir_lock
 from mtf_talking_heads.core import gin_paths
+from mtf_talking_heads.runtime import dir_lock
 
 
 def _existing_ancestor(path):
@@ -107,7 +107,7 @@ def gin_files(names):
     try:
       gin_paths.resolve(name, extra)
     except FileNotFoundError as e:
-      raise commands.UsageError(str(e))
+      raise commands.UsageError(str(e)) from e
 
 
 _REFERENCE = re.compile(r"[@%]")
@@ -140,7 +140,7 @@ def gin_params(params):
       raise commands.UsageError(
           "--gin_param %r: %s is not a gin value; quote a string, e.g. "
           "--gin_param \"%s = '%s'\"" % (param, value, name,
-                                          value.strip("'\"")))
+                                          value.strip("'\""))) from None
 
 
 def cache():
@@ -212,7 +212,7 @@ def forward_memory(model_dir, gin_files, gin_params, what):
   key/value caches included; the mesh's devices sharing the RAM,
   planner.DEFAULT_MARGIN left free), before TensorFlow is imported.  Reads
   the gin files, else <model_dir>/operative_config.gin; a configuration
-  perf.py cannot read is left to the command (as fit_check does for
+  model.py cannot read is left to the command (as fit_check does for
   train).
 
   Args:
@@ -220,19 +220,19 @@ def forward_memory(model_dir, gin_files, gin_params, what):
   Raises:
     commands.UsageError: one line with both sizes and what to lower.
   """
-  from mtf_talking_heads.estimate import fit_check  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.core import gin_text  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import fit_check  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.estimate import memory  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.estimate import perf  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import model as model_lib  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.estimate import planner  # pylint: disable=g-import-not-at-top
   files = run_gin_files(model_dir, gin_files)
   try:
     config = gin_text.GinConfig(files, gin_params)
     # an operative config keeps only the macros the model used
     extra = [] if "dynamic" in config else ["dynamic = None"]
-    model = perf.model_from_gin(files, list(gin_params) + extra)
+    model = model_lib.model_from_gin(files, list(gin_params) + extra)
     mesh_shape = config.get("mesh_shape", "model:1")
-    mesh = perf.parse_mesh(mesh_shape)
+    mesh = model_lib.parse_mesh(mesh_shape)
     total = fit_check.smallest_forward(
         model, mesh_shape, "mtf_th_float32", config.get("layout", None),
         decode=what == "decode")

@@ -15,8 +15,8 @@ import signal
 import sys
 import threading
 
-from mtf_talking_heads.runtime import cluster as cluster_lib
 from mtf_talking_heads import commands
+from mtf_talking_heads.runtime import cluster as cluster_lib
 
 PROG = "mtf_th server"
 
@@ -53,8 +53,8 @@ def _build_parser():
 
 
 def _positive_int(text):
-  from mtf_talking_heads.commands import train  # pylint: disable=g-import-not-at-top
-  return train.positive_int(text)
+  from mtf_talking_heads.commands import common  # pylint: disable=g-import-not-at-top
+  return common.positive_int(text)
 
 
 def server_config(devices_per_task, num_gpus):
@@ -72,16 +72,16 @@ def server_config(devices_per_task, num_gpus):
 def _load_modules(modules):
   """tensorflow_text's ops, the package and --module_import modules."""
   import importlib  # pylint: disable=g-import-not-at-top
-  import mtf_talking_heads  # pylint: disable=g-import-not-at-top,unused-import
-  import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
-  from mtf_talking_heads import data  # pylint: disable=g-import-not-at-top,unused-import
-  from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top,unused-import
+  import mtf_talking_heads  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import tensorflow_text  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  from mtf_talking_heads import data  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  from mtf_talking_heads import training  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   for name in modules:
     try:
       importlib.import_module(name)
     except ImportError as e:
       raise commands.UsageError("--module_import %r: cannot import it (%s)"
-                                % (name, e))
+                                % (name, e)) from e
 
 
 def _devices_text(task, k, device_type):
@@ -108,8 +108,8 @@ def main(argv=None):
   stop = threading.Event()
   for sig in (signal.SIGINT, signal.SIGTERM):
     signal.signal(sig, lambda *_: stop.set())
-  from mtf_talking_heads.commands import train  # pylint: disable=g-import-not-at-top
-  train.setup_logging(args.verbose)
+  from mtf_talking_heads.commands import common  # pylint: disable=g-import-not-at-top
+  common.setup_logging(args.verbose)
   try:
     _load_modules(args.module_import)
   except commands.UsageError as e:

@@ -43,8 +43,8 @@ TFDS from --data_dir; a dataset missing there stops the sweep with one line
 import sys
 
 from mtf_talking_heads import commands
+from mtf_talking_heads.commands import common
 from mtf_talking_heads.commands import prechecks
-from mtf_talking_heads.commands import train as train_command
 
 PROG = "mtf_th sweep"
 
@@ -114,7 +114,7 @@ def _build_parser():
   how.add_argument("--cluster", metavar="HOST:PORT,...",
                    help="run every train and eval on these `mtf_th server` "
                    "tasks (docs/cluster.md)")
-  how.add_argument("--devices_per_task", type=train_command.positive_int,
+  how.add_argument("--devices_per_task", type=common.positive_int,
                    metavar="K",
                    help="passed on with --cluster (default 1)")
   how.add_argument("--tpu_zone", help="passed on with --tpu")
@@ -146,7 +146,7 @@ def _build_parser():
                      "sweeps/scaling_d192 sweeps/scaling_d256): write "
                      "scaling.png (held-out ln(PPL) vs training FLOPs), "
                      "scaling.md and its CSVs to --output_dir; train nothing")
-  curve.add_argument("--scaling_heads", type=train_command.positive_int,
+  curve.add_argument("--scaling_heads", type=common.positive_int,
                      metavar="H", help="with --scaling: take each sweep's "
                      "rows of H heads (default: each sweep has one head "
                      "count)")
@@ -285,7 +285,7 @@ def _check_data(job):
     return 0
   import os  # pylint: disable=g-import-not-at-top
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # one line, no TF noise
-  from mtf_talking_heads import data  # pylint: disable=g-import-not-at-top,unused-import
+  from mtf_talking_heads import data  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   from mtf_talking_heads.training import errors  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.training import tfds_data  # pylint: disable=g-import-not-at-top
   import importlib  # pylint: disable=g-import-not-at-top

@@ -17,261 +17,26 @@ checkpoint and the command that resumes, status 130 (SIGTERM: the same,
 status 143).  Keeps the last --keep_checkpoint_max checkpoints (5) plus
 --keep_checkpoint_steps; no graph.pbtxt unless --write_graph.
 """
-import argparse
 import sys
 
 from mtf_talking_heads import commands
-from mtf_talking_heads.core import spec
-from mtf_talking_heads.commands import prechecks
+from mtf_talking_heads.commands import common
 
 PROG = "mtf_th train"
-
-
-
-def add_common_flags(parser, model_dir_help="checkpoints and logs"):
-  """--model_dir, --gin_file, --gin_param and the t5 TPU flags."""
-  parser.add_argument("--model_dir", required=True, help=model_dir_help)
-  parser.add_argument("--gin_file", action="append", default=[],
-                      help="gin file (repeatable; relative to the package's "
-                           "gin/ directory or a path)")
-  parser.add_argument("--gin_param", action="append", default=[],
-                      help="gin binding, e.g. \"mesh_shape = 'model:4'\" "
-                           "(repeatable, applied after the files)")
-  parser.add_argument("--tpu", default=None,
-                      help="Cloud TPU name or grpc:// address (None: CPU)")
-  parser.add_argument("--tpu_zone", default=None)
-  parser.add_argument("--gcp_project", default=None)
-  parser.add_argument("--module_import", action=commands.ModuleImportAction,
-                      default=[], metavar="MODULE",
-                      help="import MODULE first, e.g. one that registers "
-                           "tasks or gin configurables (repeatable)")
-  parser.add_argument("--verbose", action=commands.VerboseAction,
-                      help="show TensorFlow's INFO log and start-up "
-                           "messages, and mtf's per-step tf.Print")
-  add_cluster_flags(parser)
-
-
-def add_cluster_flags(parser):
-  """--cluster and --devices_per_task (docs/cluster.md)."""
-  parser.add_argument("--cluster", default=None, metavar="HOST:PORT,...",
-                      help="run the mesh on these `mtf_th server` tasks, "
-                           "task 0 first (docs/cluster.md)")
-  parser.add_argument("--devices_per_task", type=positive_int, default=None,
-                      metavar="K", help="with --cluster: devices per task "
-                      "(default 1); mesh slot s runs on task s // K")
-
-
-def use_cluster(prog, args, argv):
-  """--cluster: checked and every task probed before TensorFlow loads.
-
-  Returns:
-    0, or 2 after one line naming the bad flag or the unreachable task.
-  """
-  from mtf_talking_heads.runtime import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
-  try:
-    active = cluster_lib.from_args(args, prog, argv)
-    if active is not None:
-      active.check_reachable()
-  except cluster_lib.ClusterError as e:
-    print("%s: error: %s" % (prog, e), file=sys.stderr)
-    return 2
-  cluster_lib.activate(active)
-  return 0
-
-
-def setup_logging(verbose):
-  """Quiet TensorFlow unless --verbose (progress lines are ours).
-
-  Args:
-    verbose: --verbose; also true when a parent command's --verbose set
-      compat's environment variable (e.g. `mtf_th demo --verbose` running
-      `mtf_th train` through the sweep).
-  """
-  import os  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.core import compat  # pylint: disable=g-import-not-at-top
-  verbose = verbose or compat.verbose()
-  if not verbose:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  import mtf_talking_heads  # pylint: disable=g-import-not-at-top,unused-import
-  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
-  # verbosity first: disable_v2_behavior logs a deprecation WARNING
-  tf.logging.set_verbosity(tf.logging.INFO if verbose else tf.logging.ERROR)
-  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
-  absl_logging.set_verbosity("info" if verbose else "error")
-  tf.disable_v2_behavior()
-
-
-def announce(prog, args):
-  """The first line, before the slow imports and the graph build."""
-  what = " + ".join(args.gin_file) or "the model's operative_config.gin"
-  print("[%s] %s in %s: loading TensorFlow and building the graph ..."
-        % (prog.split()[-1], what, args.model_dir), file=sys.stderr,
-        flush=True)
-
-
-def _interrupted(prog, argv, e):
-  """One line for a stop: the last checkpoint and the command that resumes."""
-  step = getattr(e, "checkpoint_step", None)
-  if not hasattr(e, "model_dir"):
-    return "%s: interrupted" % prog
-  if step is None:
-    return ("%s: interrupted before the first checkpoint of %s; rerun to "
-            "start again: %s" % (prog, e.model_dir, _command(prog, argv)))
-  return ("%s: interrupted; the last checkpoint of %s is step %d; resume "
-          "with: %s" % (prog, e.model_dir, step, _command(prog, argv)))
-
-
-def _command(prog, argv):
-  import shlex  # pylint: disable=g-import-not-at-top
-  return " ".join([prog, shlex.join(argv)])
-
-
-def check_common(args, writes=True, purpose=""):
-  """The checks of add_common_flags' flags that need no TensorFlow.
-
-  Args:
-    args: the parsed arguments.
-    writes: the command trains into --model_dir (train, finetune): it may
-      be new, must be writable and not in use by another writer; else it
-      must exist (eval, decode).
-    purpose: what a reader writes into --model_dir anyway (eval: its
-      results), which then must be writable too.
-  Raises:
-    commands.UsageError: one line naming the flag and the fix.
-  """
-  prechecks.gin_files(args.gin_file)
-  prechecks.gin_order(args.gin_file)
-  prechecks.gin_params(args.gin_param)
-  prechecks.directory(args.model_dir, "--model_dir",
-                      write=writes or bool(purpose), must_exist=not writes,
-                      purpose=purpose)
-  if writes:
-    prechecks.not_in_use(args.model_dir, "--model_dir")
-  prechecks.mixture(args.model_dir, args.gin_file, args.gin_param,
-                    args.module_import)
-  prechecks.tpu(args.tpu, args.tpu_zone, args.gcp_project)
-  if not args.tpu:
-    prechecks.cache()
-
-
-def run_command(prog, parser, argv, body, precheck=check_common):
-  """Parses argv, runs precheck(args) (before TensorFlow), then body(args).
-
-  Exit status: 2 for ConfigError/usage errors, 1 when an op failed
-  (training.TrainingError), 130 on Ctrl-C; each with one line on stderr.
-  """
-  args = commands.parse(parser, argv)
-  if isinstance(args, int):
-    return args
-  if use_cluster(prog, args, argv):
-    return 2
-  try:
-    precheck(args)
-  except commands.UsageError as e:
-    print("%s: error: %s" % (prog, e), file=sys.stderr)
-    return 2
-  try:
-    announce(prog, args)
-    setup_logging(args.verbose)
-    from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
-    return body(args, training) or 0
-  except KeyboardInterrupt as e:
-    print(_interrupted(prog, argv, e), file=sys.stderr)
-    return 130
-  except (ValueError, RuntimeError) as e:
-    training = sys.modules.get("mtf_talking_heads.training")
-    if training is None or not isinstance(
-        e, (training.ConfigError, training.TrainingError)):
-      raise
-    print("%s: error: %s" % (prog, e), file=sys.stderr)
-    return 2 if isinstance(e, training.ConfigError) else 1
-
-
-def positive_int(text):
-  """argparse type: spec.positive_int of the flag's text (argparse prefixes
-  the message with the flag: "argument --train_steps: the value must be a
-  positive integer, got 0")."""
-  try:
-    value = int(text)
-  except ValueError:
-    value = text
-  try:
-    return spec.positive_int("the value", value)
-  except ValueError as e:
-    raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _steps_list(text):
-  try:
-    steps = [int(t) for t in text.split(",") if t.strip()]
-  except ValueError:
-    steps = None
-  if not steps or min(steps) < 0:
-    raise argparse.ArgumentTypeError(
-        "must be comma-separated non-negative steps, e.g. 250,2000; got %r"
-        % text)
-  return steps
-
-
-def add_checkpoint_flags(parser):
-  """--keep_checkpoint_max, --keep_checkpoint_steps, --write_graph."""
-  parser.add_argument("--keep_checkpoint_max", type=positive_int,
-                      default=None,
-                      help="keep the last N checkpoints (default: gin macro "
-                           "keep_checkpoint_max, 5)")
-  parser.add_argument("--keep_checkpoint_steps", type=_steps_list,
-                      default=None,
-                      help="never delete the checkpoints of these steps, "
-                           "e.g. the steps you will evaluate: 250,2000")
-  parser.add_argument("--write_graph", action="store_true",
-                      help="also write graph.pbtxt, *.meta and the graph "
-                           "for TensorBoard (each about the graph's size)")
-
-
-def checkpoint_params(args):
-  """Gin bindings of add_checkpoint_flags' flags."""
-  params = []
-  if args.keep_checkpoint_max is not None:
-    params.append("utils.run.keep_checkpoint_max = %d"
-                  % args.keep_checkpoint_max)
-  if args.keep_checkpoint_steps is not None:
-    params.append("mtf_th.train_model.keep_checkpoint_steps = %r"
-                  % (args.keep_checkpoint_steps,))
-  if args.write_graph:
-    params.append("mtf_th.train_model.write_graph = True")
-  return params
-
-
-def memory_check(args, training):
-  """Pre-flight: refuses a run on this machine's CPU that is predicted not to
-  fit in its RAM (fit_check.cpu_refusal), before any graph is built.  A
-  --tpu run is checked against its slice by launch/tpu.py; a --cluster run
-  not at all (the devices are the servers', whose memory this host cannot
-  see: docs/cluster.md).
-
-  Raises:
-    training.ConfigError: the one line (exit status 2).
-  """
-  if args.tpu or getattr(args, "cluster", None):
-    return
-  from mtf_talking_heads.estimate import fit_check  # pylint: disable=g-import-not-at-top
-  reason = fit_check.cpu_refusal(args.gin_file, args.gin_param)
-  if reason:
-    raise training.ConfigError(reason)
 
 
 def main(argv=None):
   parser = commands.ArgumentParser(prog=PROG,
                                     description=__doc__.splitlines()[0])
-  add_common_flags(parser)
-  parser.add_argument("--train_steps", type=positive_int, default=None,
-                      help="train up to this global step")
-  add_checkpoint_flags(parser)
+  common.add_common_flags(parser)
+  parser.add_argument("--train_steps", type=common.positive_int,
+                      default=None, help="train up to this global step")
+  common.add_checkpoint_flags(parser)
 
   def body(args, training):
-    memory_check(args, training)
+    common.memory_check(args, training)
     rows = training.train(args.model_dir, args.gin_file,
-                          args.gin_param + checkpoint_params(args),
+                          args.gin_param + common.checkpoint_params(args),
                           train_steps=args.train_steps, tpu=args.tpu,
                           tpu_zone=args.tpu_zone, gcp_project=args.gcp_project)
     if rows:
@@ -280,8 +45,8 @@ def main(argv=None):
                                         args.model_dir))
     return 0
 
-  return run_command(PROG, parser, sys.argv[1:] if argv is None else argv,
-                     body)
+  return common.run_command(PROG, parser,
+                            sys.argv[1:] if argv is None else argv, body)
 
 
 if __name__ == "__main__":

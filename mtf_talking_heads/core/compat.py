@@ -163,7 +163,7 @@ def split_cpu(num_devices):
       raise ValueError(
           "Cannot split the CPU into %d logical devices: TensorFlow is already "
           "initialised in this process (%s). Split before building any graph."
-          % (num_devices, e))
+          % (num_devices, e)) from e
     existing = num_devices
   else:
     existing = len(existing)
@@ -367,7 +367,7 @@ def add_layout_rules(layout, rules):
   t5's utils.run converts the gin layout to one mtf.LayoutRules and hands
   that object both to the model (context.model.layout) and to the mesh
   implementation that lowers the graph, so a rule added while the model is
-  built (sharding.Auto's) is in the layout the graph is lowered with.
+  built (strategies.Auto's) is in the layout the graph is lowered with.
   LayoutRules has no method to add one (see layout_pairs).
 
   Returns:

@@ -8,7 +8,7 @@ package used to restate:
 * VARIANT_TABLE: every attention variant by name, with what follows from its
   heads dims (README: "the dim names are the algorithm"): P_l exists iff
   heads_k and heads differ, P_w iff heads and heads_v differ.  costs.py,
-  perf.py, comm.py, layers.py and sweep/ read their variant names, labels
+  model.py, comm.py, layers.py and sweep/ read their variant names, labels
   and projections from it.
 * AttentionSpec: h_k, h, h_v, d_k, d_v, groups and the dynamic terms of one
   layer, validated once (make_spec), with its label and the shapes of the
@@ -87,7 +87,7 @@ LABELS = collections.OrderedDict((v.name, v.label) for v in VARIANT_TABLE)
 # t5 layout "batch:batch;heads:model;d_ff:model;vocab:model" does.
 STANDARD_MESH_AXES = ("batch", "model")
 # The dim a split sharding strategy shards its core over (its layout rule
-# core_shard:model, sharding._SplitCore).
+# core_shard:model, nn/strategies/split.py's SplitCore).
 CORE_SHARD = "core_shard"
 # The dims of a one-layer Unitransformer besides attention's (`mtf_th comm`'s
 # benchmark unit: embedding, residual, logits).
@@ -536,7 +536,8 @@ def parse_mesh_shape(mesh_shape):
   except (TypeError, IndexError, KeyError):
     raise ValueError(
         "mesh_shape must be an mtf string such as \"batch:2;model:4\", an "
-        "mtf.Shape or a list of (name, size) pairs, got %r" % (mesh_shape,))
+        "mtf.Shape or a list of (name, size) pairs, got %r"
+        % (mesh_shape,)) from None
   return _check_mesh_pairs(pairs, mesh_shape)
 
 
@@ -564,7 +565,7 @@ def parse_layout(layout):
     raise ValueError(
         "layout must be an mtf string such as \"heads:model;batch:batch\", "
         "an mtf.LayoutRules or a list of (tensor_dim, mesh_dim) pairs, "
-        "got %r" % (layout,))
+        "got %r" % (layout,)) from None
   for a, b in pairs:
     if not (isinstance(a, str) and isinstance(b, str) and _NAME.match(a)
             and _NAME.match(b)):

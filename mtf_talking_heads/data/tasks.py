@@ -39,7 +39,7 @@ import seqio
 import t5.data
 from t5.data import glue_utils
 from t5.data import preprocessors as t5_preprocessors
-import t5.data.mixtures  # pylint: disable=unused-import  (registers t5's tasks)
+import t5.data.mixtures  # noqa: F401  pylint: disable=unused-import  (registers t5's tasks)
 import tensorflow.compat.v2 as tf
 
 from mtf_talking_heads.data import corpus

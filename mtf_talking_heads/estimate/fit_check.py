@@ -8,16 +8,17 @@ pick any; and heads-parallel with its core recomputed when the gin files
 bind mtf_th.RecomputeCore to a layer's strategy) and, if even the smallest
 does not fit the target hardware with planner.DEFAULT_MARGIN left free,
 gives one line naming the plan command that lists what would fit: a warning
-for a TPU slice (warning(), launch/tpu.py), the reason to refuse a run on this machine's CPU
-(cpu_refusal(), `mtf_th train` and `mtf_th finetune` before any graph is
-built: the logical CPU devices share the host's RAM).
+for a TPU slice (warning(), launch/tpu.py), the reason to refuse a run on
+this machine's CPU (cpu_refusal(), `mtf_th train` and `mtf_th finetune`
+before any graph is built: the logical CPU devices share the host's RAM).
 """
 import shlex
 
 from mtf_talking_heads.core import gin_text
 from mtf_talking_heads.estimate import memory
-from mtf_talking_heads.estimate import perf
+from mtf_talking_heads.estimate import model as model_lib
 from mtf_talking_heads.estimate import planner
+from mtf_talking_heads.estimate import strategy_table
 
 
 def _recomputes(config):
@@ -32,11 +33,11 @@ def _recomputes(config):
 
 
 def applicable(model, mesh):
-  """The strategies of planner.STRATEGIES that apply to every attention
-  layer of `model` on `mesh` (perf.parse_mesh's dict): those Auto may
+  """The strategies of strategy_table.NAMES that apply to every attention
+  layer of `model` on `mesh` (model.parse_mesh's dict): those Auto may
   pick, or a gin may bind."""
   b, p = model.batch // mesh["batch"], mesh["model"]
-  return [strategy for strategy in planner.STRATEGIES
+  return [strategy for strategy in strategy_table.NAMES
           if all(planner.applies(strategy, att, b, n, p)
                  for _, att, n, _ in planner.attentions(model))]
 
@@ -59,18 +60,18 @@ def smallest_forward(model, mesh_shape, impl, layout=None, decode=False):
   return _smallest_total(
       lambda strategy: memory.predict_forward(model, mesh_shape, impl,
                                               layout, strategy, decode),
-      [(s,) for s in applicable(model, perf.parse_mesh(mesh_shape))])
+      [(s,) for s in applicable(model, model_lib.parse_mesh(mesh_shape))])
 
 
 def smallest(gin_files, gin_params, hardware):
   """(bytes per device of the best strategy, mesh_shape, devices), or None
-  when the gin files are not a model perf.py reads or the mesh has other
+  when the gin files are not a model model.py reads or the mesh has other
   axes than batch and model."""
   try:
-    model = perf.model_from_gin(gin_files, gin_params)
+    model = model_lib.model_from_gin(gin_files, gin_params)
     config = gin_text.GinConfig(gin_files, gin_params)
     mesh_shape = config.get("mesh_shape", "model:1")
-    mesh = perf.parse_mesh(mesh_shape)
+    mesh = model_lib.parse_mesh(mesh_shape)
     layout = config.get("layout", None)
     impl = ("mtf_th_float32" if hardware == "cpu" or config.get(
         "activation_dtype", "float32") == "float32" else "mtf_th")
@@ -118,7 +119,7 @@ def warning(prog, gin_files, gin_params, hardware, devices=None):
   Args:
     prog: the command that warns ("launch/tpu.py").
     gin_files, gin_params: what the run parses.
-    hardware: a perf hardware name (the slice's TPU generation).
+    hardware: a hardware.py name (the slice's TPU generation).
     devices: mtf devices of the target (None: the mesh's).
   """
   excess = _excess(gin_files, gin_params, hardware, devices)

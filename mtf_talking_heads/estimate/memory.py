@@ -1,28 +1,30 @@
 """Predicted memory per device of one training step, by what the step keeps.
 
-Pure Python (no TensorFlow), like costs.py and perf.py, whose model
-description (perf.Model, perf.Attention, perf.Implementation) it reads:
+Pure Python (no TensorFlow), like costs.py and step_time.py; it reads the
+model description of model.py (Model, Attention) and hardware.py's
+Implementation:
 
   peak = weights + gradients + optimizer slots          (float32 state)
        + activations kept for the backward pass         (every layer)
        + the largest temporaries of the backward pass   (one at a time)
 
 * Weights: parameters per device; a tensor with a heads, d_ff or vocab dim
-  is split over the `model` axis (the layouts of gin/layouts and perf.py's
-  heads-parallel layout), norms and relative-position biases are whole.
-  Gradients: a weight is updated as soon as its gradient is ready (the
-  update ops of mtf's optimizers depend on that gradient only), so at the
-  peak, the start of the backward pass, the gradient of the largest weight
-  (the shared embedding and softmax, whose gradient the backward pass makes
-  first) and its update's temporary are live (GRADIENT_COPIES = 2), as the
-  allocator's records on CPU show; not all gradients at once.
+  is split over the `model` axis (the layouts of gin/layouts and
+  step_time.py's heads-parallel layout), norms and relative-position biases
+  are whole.  Gradients: a weight is updated as soon as its gradient is
+  ready (the update ops of mtf's optimizers depend on that gradient only),
+  so at the peak, the start of the backward pass, the gradient of the
+  largest weight (the shared embedding and softmax, whose gradient the
+  backward pass makes first) and its update's temporary are live
+  (GRADIENT_COPIES = 2), as the allocator's records on CPU show; not all
+  gradients at once.
 * Optimizer slots (OPTIMIZER_SLOTS): Adafactor keeps, for a weight whose two
   largest dims are >= 128 (mtf's min_dim_size_to_factor), a row and a
   column vector (shape without the largest dim + shape without the second
   one), else one slot of the weight's size; Adam (BERT) and LAMB (ALBERT)
   keep two slots (m, v) of every weight's size.
 * Activations kept for the backward pass, per layer of each stack, in
-  activation bytes (perf.Implementation.activation_bytes) except the
+  activation bytes (hardware.Implementation.activation_bytes) except the
   n x m x heads tensors (core_bytes); X = b n d_model:
     - every sublayer (RMS norm, layer, residual add): 2 X kept by the norm's
       gradient and X for the sublayer's output;
@@ -39,13 +41,14 @@ description (perf.Model, perf.Attention, perf.Implementation) it reads:
   more b n vocab tensors: the log-sum-exp and its gradient), then walks the
   layers down, each holding the gradients of its n x m x heads tensors
   (two of its largest one at a time) on top of what is still kept; with
-  the core recomputed (recompute.RecomputeCore), also the core tensors of
+  the core recomputed (strategies.RecomputeCore), also the core tensors of
   the one layer being recomputed (what it would keep, and L).
 * The layout: on a mesh `batch:B,model:P` each device holds batch / B
   examples; the model axis splits what the layout puts on it (`layout`,
-  split_roles; by default perf.py's: heads_k and heads_v, d_ff, vocab).
-  Heads-parallel talking heads keeps W whole on every device.  The split strategies of
-  sharding.py (STRATEGY_CORES) cut every n x m x heads tensor P ways (and
+  split_roles; by default step_time.py's: heads_k and heads_v, d_ff,
+  vocab).  Heads-parallel talking heads keeps W whole on every device.  The
+  split strategies of nn/strategies (strategy_table's memory_core) cut every
+  n x m x heads tensor P ways (and
   the query splits keep K and V gathered whole);
   `recompute` keeps no n x m x heads tensor (the core is recomputed in the
   backward pass, one layer at a time).
@@ -58,9 +61,10 @@ eval's forward pass (predict_forward, --forward).
 Example (the measured 2-layer talking-heads LM of tests/test_memory.py,
 float32 on one CPU):
 
-  >>> att = perf.make_attention("talking_heads", 4, 16, heads_k=4, heads_v=4)
-  >>> model = perf.make_model("lm", 2, 32, 64, 128, 8, 32, 32, dec_self=att,
-  ...                         relative_bias=False)
+  >>> att = model_lib.make_attention("talking_heads", 4, 16, heads_k=4,
+  ...                                heads_v=4)
+  >>> model = model_lib.make_model("lm", 2, 32, 64, 128, 8, 32, 32,
+  ...                              dec_self=att, relative_bias=False)
   >>> r = predict(model, "batch:1", "mtf_th_float32")
   >>> r["core"]  # 2 layers x (J, W, U) x 8 x 32 x 32 x 4 x 4 bytes
   786432.0
@@ -68,10 +72,12 @@ float32 on one CPU):
 import collections
 import math
 
-from mtf_talking_heads.estimate import costs
-from mtf_talking_heads.estimate import perf
-from mtf_talking_heads.estimate import prices
 from mtf_talking_heads.core import spec as spec_lib
+from mtf_talking_heads.estimate import costs
+from mtf_talking_heads.estimate import hardware as hardware_lib
+from mtf_talking_heads.estimate import model as model_lib
+from mtf_talking_heads.estimate import prices
+from mtf_talking_heads.estimate import strategy_table
 
 GiB = 2 ** 30
 # Adafactor factors a weight whose two largest dims are at least this big
@@ -91,18 +97,14 @@ CORE_TENSORS = {
     v.name: ("heads_k",) * v.project_logits + ("heads",) +
             ("heads_v",) * v.project_weights
     for v in spec_lib.VARIANT_TABLE if v.name != spec_lib.DYNAMIC}
-# What a strategy does to the core (sharding.py): "heads" keeps the heads
-# layout (the variants that mix heads keep `heads` whole), "split" cuts
-# every core tensor P ways; the core's gradients then read the re-laid
-# Q, K, V (the heads-split ones are freed: the projections' gradients read
-# X) and Y's gradient the heads-split O, so as many Q, K, V, O elements are
-# kept as heads-parallel keeps, except that "gather" (the query splits)
-# keeps K and V whole; "layer" splits the whole layer over the batch
-# (batch_split_gathered).
-STRATEGY_CORES = {
-    "heads_parallel": "heads", "batch_split_gathered": "layer",
-    "batch_split": "split", "batch_query_split": "split",
-    "query_split": "gather", "query_split_allgather": "gather"}
+# What a strategy does to the core (nn/strategies) is its strategy_table
+# memory_core: "heads" keeps the heads layout (the variants that mix heads
+# keep `heads` whole), "split" cuts every core tensor P ways; the core's
+# gradients then read the re-laid Q, K, V (the heads-split ones are freed:
+# the projections' gradients read X) and Y's gradient the heads-split O, so
+# as many Q, K, V, O elements are kept as heads-parallel keeps, except that
+# "gather" (the query splits) keeps K and V whole; "layer" splits the whole
+# layer over the batch (batch_split_gathered).
 ROLES = ("heads_k", "heads", "heads_v")
 
 
@@ -110,10 +112,11 @@ def split_roles(att, layout=None):
   """The heads roles (of ROLES) the `model` axis splits.
 
   Args:
-    att: a perf.Attention.
+    att: a model.Attention.
     layout: layout rules ("batch:batch,heads:model,..." or a list of
-      (dim, axis) pairs); None: perf.py's heads-parallel layout (heads_k and
-      heads_v split: every role for the variants that do not mix heads).
+      (dim, axis) pairs); None: step_time.py's heads-parallel layout
+      (heads_k and heads_v split: every role for the variants that do not
+      mix heads).
   Returns:
     a frozenset of role names.
   """
@@ -146,32 +149,6 @@ def _split_index(name, dims, roles, grouped):
   return None
 
 
-def stacks(model):
-  """[(stack, length, [(placement, memory length)])] of a perf.Model."""
-  n_in, n_out = model.inputs_length, model.targets_length
-  encoder = ("encoder", n_in, [("enc_self", n_in)])
-  decoder = ("decoder", n_out, [("dec_self", n_out)] + (
-      [("encdec", n_in)] if model.kind == "bitransformer" else []))
-  return {"encoder": [encoder], "lm": [decoder],
-          "bitransformer": [encoder, decoder]}[model.kind]
-
-
-def loss_positions(model):
-  """Positions per example that get a softmax over the vocabulary."""
-  return model.inputs_length if model.kind == "encoder" else \
-      model.targets_length
-
-
-def implementation(impl):
-  """A perf.Implementation from its name (or itself)."""
-  if isinstance(impl, perf.Implementation):
-    return impl
-  if impl not in perf.IMPLEMENTATIONS:
-    raise ValueError("--implementation %r is unknown; choose one of: %s"
-                     % (impl, ", ".join(perf.IMPLEMENTATIONS)))
-  return perf.IMPLEMENTATIONS[impl]
-
-
 def _terms(att, d_model, length=1):
   return costs.attention_terms(att.variant, att.heads_k, att.heads,
                                att.heads_v, att.d_k, att.d_v, d_model, length,
@@ -189,7 +166,7 @@ def weight_shapes(model, layout=None):
   d = model.d_model
   out = [("embedding", (model.vocab, d), 0)]
   copies = 1 if model.shared_layers else model.num_layers
-  for stack, _, placements in stacks(model):
+  for stack, _, placements in model_lib.stacks(model):
     layer = []
     for placement, _ in placements:
       att = getattr(model, placement)
@@ -263,21 +240,21 @@ def attention_kept(att, d_model, n, m, b, p, impl, strategy="heads_parallel",
   """(activation bytes, core bytes) one attention layer keeps, per device.
 
   Args:
-    att: a perf.Attention.
+    att: a model.Attention.
     d_model, n, m: model size, query and memory lengths.
     b: examples on the device's data-parallel group.
     p: the model axis.
-    impl: a perf.Implementation.
-    strategy: a key of STRATEGY_CORES.
+    impl: a hardware.Implementation.
+    strategy: a strategy_table name.
     recompute: True: the core is recomputed in the backward pass (no
       n x m x heads tensor kept).
     dropout: dropout on the attention weights (a mask is kept).
-    roles: split_roles(att, layout) (None: perf.py's layout).
+    roles: split_roles(att, layout) (None: step_time.py's layout).
   Returns:
     (bytes of the sublayer's X-sized, Q, K, V, O, R tensors; bytes of its
     n x m x heads tensors).
   """
-  core = STRATEGY_CORES[strategy]
+  core = strategy_table.ROWS[strategy].memory_core
   roles = split_roles(att) if roles is None else roles
   e, ec = impl.activation_bytes, impl.core_bytes
   x = b * n * d_model
@@ -333,16 +310,16 @@ def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
   """Predicted bytes per device of one training step.
 
   Args:
-    model: a perf.Model.
-    mesh_shape: "batch:B,model:P" (perf.parse_mesh).
-    impl: a key of perf.IMPLEMENTATIONS or an Implementation (activation
+    model: a model.Model.
+    mesh_shape: "batch:B,model:P" (model.parse_mesh).
+    impl: a key of hardware.IMPLEMENTATIONS or an Implementation (activation
       and core bytes).
-    strategy: a key of STRATEGY_CORES for every attention layer (None:
+    strategy: a strategy_table name for every attention layer (None:
       heads_parallel); general bilinear always runs heads-parallel.
     recompute: recompute the attention core in the backward pass.
     dropout: attention-weights dropout on (dropout_rate > 0).
     layout: the layout rules the model runs with (which heads dims the
-      `model` axis splits, see split_roles); None: perf.py's.
+      `model` axis splits, see split_roles); None: step_time.py's.
 
   Returns:
     dict of bytes per device: weights, gradients, optimizer, activations
@@ -357,7 +334,7 @@ def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
   weights, slots, largest_weight = state_elements(model, p, layout)
   kept = core = 0.0
   largest = recomputed = 0.0
-  for _, n, placements in stacks(model):
+  for _, n, placements in model_lib.stacks(model):
     x = b * n * model.d_model
     layer_kept = layer_core = 0.0
     for placement, m in placements:
@@ -368,7 +345,8 @@ def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
                                         s, recompute, dropout, roles)
       layer_kept += k_bytes
       layer_core += c_bytes
-      one = _largest_core(att, b, n, m, p, STRATEGY_CORES[s], roles)
+      one = _largest_core(att, b, n, m, p,
+                          strategy_table.ROWS[s].memory_core, roles)
       largest = max(largest, one * impl.core_bytes)
       if recompute:  # the layer's recomputed core: J, W, U and L again
         recomputed = max(recomputed, attention_kept(
@@ -377,7 +355,7 @@ def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
     layer_kept += (3 * x + 2 * b * n * model.d_ff / p) * e  # FFN sublayer
     kept += layer_kept * model.num_layers + 4 * x * e  # + embed, final norm
     core += layer_core * model.num_layers
-  logits = b * loss_positions(model) * model.vocab / p * e
+  logits = b * model_lib.loss_positions(model) * model.vocab / p * e
   kept += logits
   # one layer's core recomputed at a time, on top of its gradients
   temporaries = max(2 * logits, 2 * largest + recomputed)
@@ -409,12 +387,12 @@ def forward_attention(att, d_model, n, m, b, p, strategy="heads_parallel",
 
   Args:
     att, d_model, n, m, b, p: as attention_kept.
-    strategy: a key of STRATEGY_CORES.
-    roles: split_roles(att, layout) (None: perf.py's layout).
+    strategy: a strategy_table name.
+    roles: split_roles(att, layout) (None: step_time.py's layout).
   Returns:
     elements (multiply by the activation bytes).
   """
-  core = STRATEGY_CORES[strategy]
+  core = strategy_table.ROWS[strategy].memory_core
   roles = split_roles(att) if roles is None else roles
   x = b * n * d_model
   core_live = ((3 if att.dynamic else 2) *
@@ -446,14 +424,14 @@ def decode_caches(att, m, b, p, roles=None):
 def _per_device(model, mesh_shape, impl, strategy):
   """(Implementation, strategy, examples per device b, model axis p), the
   arguments predict and predict_forward share, checked."""
-  if not isinstance(model, perf.Model):
-    raise ValueError("model must be a perf.Model, got %r" % (model,))
-  impl = implementation(impl)
+  if not isinstance(model, model_lib.Model):
+    raise ValueError("model must be a model.Model, got %r" % (model,))
+  impl = hardware_lib.implementation(impl)
   strategy = strategy or "heads_parallel"
-  if strategy not in STRATEGY_CORES:
+  if strategy not in strategy_table.ROWS:
     raise ValueError("strategy %r has no memory model; choose one of: %s"
-                     % (strategy, ", ".join(STRATEGY_CORES)))
-  mesh = perf.parse_mesh(mesh_shape)
+                     % (strategy, ", ".join(strategy_table.NAMES)))
+  mesh = model_lib.parse_mesh(mesh_shape)
   if model.batch % mesh["batch"]:
     raise ValueError("batch %d is not divisible by the mesh's batch axis "
                      "(%d); choose a --mesh_shape whose batch size divides "
@@ -490,9 +468,10 @@ def predict_forward(model, mesh_shape="batch:1", impl="mtf_th", layout=None,
   491520 bytes, more than the logits (X + 2 x 8 x 32 x 128 floats) and the
   feed-forward layer:
 
-  >>> att = perf.make_attention("talking_heads", 4, 16, heads_k=4, heads_v=4)
-  >>> model = perf.make_model("lm", 2, 32, 64, 128, 8, 32, 32, dec_self=att,
-  ...                         relative_bias=False)
+  >>> att = model_lib.make_attention("talking_heads", 4, 16, heads_k=4,
+  ...                                heads_v=4)
+  >>> model = model_lib.make_model("lm", 2, 32, 64, 128, 8, 32, 32,
+  ...                              dec_self=att, relative_bias=False)
   >>> predict_forward(model, "batch:1", "mtf_th_float32")["activations"]
   491520.0
 
@@ -507,7 +486,7 @@ def predict_forward(model, mesh_shape="batch:1", impl="mtf_th", layout=None,
   impl, strategy, b, p = _per_device(model, mesh_shape, impl, strategy)
   e = impl.activation_bytes
   earlier = peak = 0.0
-  for stack, n, placements in stacks(model):
+  for stack, n, placements in model_lib.stacks(model):
     x = b * n * model.d_model
     h = b * n * model.d_ff / p
     layer = x + h + max(x, h)
@@ -522,7 +501,7 @@ def predict_forward(model, mesh_shape="batch:1", impl="mtf_th", layout=None,
         state += model.num_layers * decode_caches(att, m, b, p, roles)
     peak = max(peak, earlier + (state + layer) * e)
     earlier += (x + state) * e
-  logits = b * loss_positions(model) * model.vocab / p
+  logits = b * model_lib.loss_positions(model) * model.vocab / p
   peak = max(peak, earlier + 2 * logits * e)
   weights = state_elements(model, p, layout)[0] * MASTER_BYTES
   return collections.OrderedDict([("weights", weights),
@@ -530,7 +509,7 @@ def predict_forward(model, mesh_shape="batch:1", impl="mtf_th", layout=None,
                                   ("total", weights + peak)])
 
 
-# Memory per device (an mtf device, as perf.Hardware counts them), bytes:
+# Memory per device (an mtf device, as hardware.Hardware counts them), bytes:
 DEVICE_MEMORY = {
     # 16 GiB HBM per chip, two TensorCores (Jouppi et al. 2020, Table 3)
     "tpu_v2": 8 * GiB,
@@ -544,7 +523,7 @@ DEVICE_MEMORY = {
 
 
 def device_memory(hardware, devices=1):
-  """Bytes of memory of one device of `hardware` (a perf hardware name).
+  """Bytes of memory of one device of `hardware` (a hardware.py name).
 
   "cpu": this host's physical memory shared by `devices` logical devices.
   """
@@ -552,5 +531,6 @@ def device_memory(hardware, devices=1):
     import os  # pylint: disable=g-import-not-at-top
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return total / devices
-  perf.get_hardware(hardware)  # a bad name fails naming the valid ones
+  # a bad name fails naming the valid ones
+  hardware_lib.get_hardware(hardware)
   return DEVICE_MEMORY[hardware]

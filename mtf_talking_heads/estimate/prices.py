@@ -3,29 +3,28 @@
 ring_elements(strategy, dims, mesh_shape, layout, ...) is the number of
 elements one device sends for one attention layer, forward + backward, under
 ring costs: docs/sharding.md's formulas ("The strategies, on paper"),
-written per tensor so that any heads layout is priced.  sharding.Auto ranks
-the strategies by it, `mtf_th comm --strategy auto` prints it, and perf.py
-prices a heads-parallel layer with it (heads_parallel_elements);
-tests/test_auto.py checks it against mtf's counters.  Pure Python: Layout
-answers mtf.LayoutRules' questions (which mesh axis a dim is on, an axis'
-size) from the parsed strings; sharding.MeshLayout is a Layout that also
-holds the mtf objects.
+written per tensor so that any heads layout is priced.  strategies.Auto ranks
+the strategies by it, `mtf_th comm --strategy auto` prints it, and
+step_time.py and the planner price a model's attention layer with it
+(attention_elements: the heads-parallel layout); tests/test_auto.py checks
+it against mtf's counters.  The strategy names are strategy_table's.  Pure
+Python: Layout answers mtf.LayoutRules' questions (which mesh axis a dim is
+on, an axis' size) from the parsed strings; mesh_layout.MeshLayout is a Layout
+that also holds the mtf objects.
 
 Example (talking heads 24 x 32 on model:8, heads-parallel):
-  heads_parallel_elements(make_spec("talking_heads", 24, 32, 32),
-                          d_model=768, n=512, m=512, batch=8, model_axis=8)
+  attention_elements("heads_parallel",
+                     make_spec("talking_heads", 24, 32, 32), d_model=768,
+                     n=512, m=512, batch=8, model_axis=8)
   == 4 * 7/8 * (8*512*768) + 4 * 7/8 * (8*512*512*24)
 """
 import collections
 import math
 
 from mtf_talking_heads.core import spec as spec_lib
+from mtf_talking_heads.estimate import strategy_table
 
 BATCH = "batch"
-HEADS_PARALLEL = "heads_parallel"
-# sharding.STRATEGIES' names, in its order (tests check they agree).
-STRATEGY_NAMES = ("heads_parallel", "query_split_allgather", "query_split",
-                  "batch_split", "batch_split_gathered", "batch_query_split")
 
 
 class Layout(object):
@@ -119,15 +118,41 @@ def heads_parallel_layout(dims, mesh_axis="model"):
   return [(name, mesh_axis) for name in chosen]
 
 
-def heads_parallel_elements(spec, d_model, n, m, batch, model_axis):
-  """ring_elements of HeadsParallel on model:<model_axis> with
-  heads_parallel_layout (what perf.py charges per attention layer)."""
+def attention_elements(strategy_name, spec, d_model, n, m, batch, model_axis,
+                       batch_axis=1):
+  """Elements one device sends for one attention layer of a model.
+
+  predict on the mesh batch:<batch_axis>;model:<model_axis> with the
+  heads-parallel layout (heads_parallel_layout, the batch on `batch`): what
+  step_time.py charges per attention layer (strategy "heads_parallel") and
+  the planner and Auto's pricing per strategy.  With P the model axis,
+  X = b n d and A_h = b n m h, heads-parallel sends
+    multi-head, general bilinear: 4 (P-1)/P X    (all-reduce of Y and dX)
+    talking heads:     4 (P-1)/P (X + A_h)   (+ L forward, dW backward)
+    project logits: 4 (P-1)/P X + 2 (P-1)/P A_h; project weights the same
+      with A_hv = b n m h_v (U = W P_w is all-reduced).
+    grouped talking heads (groups:model): 4 (P-1)/P X, as multi-head.
+  (docs/sharding.md; `mtf_th comm` measures it, tests/test_perf_comm.py
+  checks it.)  Dynamic terms add no heads-parallel collective (R is split
+  like J or U).
+
+  Args:
+    strategy_name: a strategy_table name.
+    spec: the layer's AttentionSpec (model.Attention).
+    d_model, n, m: model size, query and memory lengths.
+    batch: the examples of one data-parallel group.
+    model_axis: P, the size of the `model` axis (1: nothing is sent).
+    batch_axis: the size of the `batch` axis.
+  Returns:
+    elements per device (0 on a model axis of 1).
+  """
   if model_axis == 1:
     return 0
   dims = named_dims(spec, d_model)
-  return predict(HEADS_PARALLEL, dims,
-                 Layout("model:%d" % model_axis, heads_parallel_layout(dims)),
-                 batch, n, d_model, (), "model", m)
+  mesh = Layout("batch:%d;model:%d" % (batch_axis, model_axis),
+                [(BATCH, "batch")] + heads_parallel_layout(dims))
+  return predict(strategy_name, dims, mesh, batch * batch_axis, n, d_model,
+                 spec.dynamic, "model", m)
 
 
 def batch_query_factors(mesh, axis, batch):
@@ -197,7 +222,7 @@ def ring_elements(strategy_name, dims, mesh_shape, layout, batch, length,
   that they differ from mtf's counters by one constant per configuration.
 
   Args:
-    strategy_name: a key of STRATEGY_NAMES.
+    strategy_name: a strategy_table name.
     dims: attention.AttentionDims of the layer (or spec.named_dims).
     mesh_shape, layout: as Strategy.check (the strategy's rules included).
     batch, length: batch size and sequence length (n = m).
@@ -215,11 +240,12 @@ def ring_elements(strategy_name, dims, mesh_shape, layout, batch, length,
 
 def predict(strategy_name, dims, mesh, batch, length, d_model, dynamic,
             mesh_axis, memory_length):
-  """ring_elements on a Layout (or sharding.MeshLayout)."""
-  if strategy_name not in STRATEGY_NAMES:
+  """ring_elements on a Layout (or mesh_layout.MeshLayout)."""
+  if strategy_name not in strategy_table.ROWS:
     raise ValueError("strategy: no formula for %r; choose from %s"
-                     % (strategy_name, ", ".join(STRATEGY_NAMES)))
-  if dims.groups is not None and strategy_name != HEADS_PARALLEL:
+                     % (strategy_name, ", ".join(strategy_table.NAMES)))
+  if (dims.groups is not None and
+      strategy_name != strategy_table.HEADS_PARALLEL):
     raise ValueError(
         "strategy %r: no formula for grouped talking heads (dim %r), which "
         "runs heads-parallel: lay out %s:%s and use heads_parallel"

@@ -41,9 +41,8 @@ import os
 import statistics
 
 from mtf_talking_heads.core import spec as spec_lib
+from mtf_talking_heads.runtime import run_files
 
-TRAIN_LOG = "train_log.csv"
-EVAL_RESULTS = "eval_results.csv"
 COMPARISON_CSV = "comparison.csv"
 COMPARISON_MD = "comparison.md"
 # Δ at every evaluated step (does the gap grow or close with training?)
@@ -147,13 +146,7 @@ def steps_multiplier(curve, baseline, step=None):
 
 def read_curve(model_dir, split="validation", skip_steps=10):
   """The Curve of one run directory, or None if it has no evaluations."""
-  points = {}
-  path = os.path.join(model_dir, EVAL_RESULTS)
-  if os.path.exists(path):
-    with open(path) as f:
-      for r in csv.DictReader(f):
-        if r.get("split") == split and r.get("ln_ppl"):
-          points[int(r["step"])] = float(r["ln_ppl"])
+  points = run_files.scan_eval_results(model_dir, split)
   points.pop(0, None)
   if not points:
     return None
@@ -164,15 +157,8 @@ def median_step_time(model_dir, skip_steps=10):
   """Median seconds per step in train_log.csv after its first `skip_steps`
   rows (graph building, warm-up; half the rows of a shorter log); the
   median also ignores the few slow rows after a resume."""
-  path = os.path.join(model_dir, TRAIN_LOG)
-  rates = []
-  if os.path.exists(path):
-    with open(path) as f:
-      for r in csv.DictReader(f):
-        try:
-          rates.append(float(r["steps_per_sec"]))
-        except (KeyError, TypeError, ValueError):
-          continue
+  rates = [r["steps_per_sec"] for r in run_files.scan_train_log(model_dir)
+           if r["steps_per_sec"] is not None]
   skip = min(skip_steps, len(rates) // 2)
   times = [1.0 / rate for rate in rates[skip:] if rate > 0]
   return statistics.median(times) if times else float("nan")

@@ -33,30 +33,30 @@ graph (multiplies done on all devices / multiplies of the unsharded graph).
 
 max_slice_elements = the largest per-device slice of an attention activation:
 an output of an op built inside a strategy's core (variable scope
-sharding.CORE_SCOPE, which the gradient ops inherit) that
-sharding.is_core_activation accepts: J, L, W, U, the softmax intermediates
+strategies.CORE_SCOPE, which the gradient ops inherit) that
+strategies.is_core_activation accepts: J, L, W, U, the softmax intermediates
 and their gradients (the n x m x heads tensors).
 """
 import collections
 import functools
 import re
 
-import mesh_tensorflow as mtf
 from mesh_tensorflow import placement_mesh_impl
 
+from mtf_talking_heads.core import spec as spec_lib
+from mtf_talking_heads.estimate import auto_pricing
 from mtf_talking_heads.estimate import costs
+from mtf_talking_heads.estimate import prices
 from mtf_talking_heads.measure import harness
 from mtf_talking_heads.nn import layers
-from mtf_talking_heads.estimate import prices
-from mtf_talking_heads.nn import sharding
-from mtf_talking_heads.core import spec as spec_lib
+from mtf_talking_heads.nn import strategies
 from mtf_talking_heads.nn import validation
 
 VARIANTS = spec_lib.SHARDED_VARIANTS
 COLUMNS = ("variant", "strategy", "mesh_shape", "layout", "allreduce",
            "alltoall", "allconcat", "einsum_replication",
            "max_slice_elements", "ring_bytes_per_device")
-BYTES_PER_ELEMENT = sharding.BYTES_PER_ELEMENT  # the graph is float32
+BYTES_PER_ELEMENT = auto_pricing.BYTES_PER_ELEMENT  # the graph is float32
 Config = collections.namedtuple(
     "Config", ["variant", "heads_k", "heads", "heads_v", "d_k", "d_v",
                "d_model", "length", "batch", "dynamic", "groups"],
@@ -121,7 +121,7 @@ def default_layout(layer, mesh_shape):
   Raises:
     ValueError: if the mesh has axes other than "batch" and "model".
   """
-  mesh = sharding.MeshLayout(mesh_shape, "")
+  mesh = strategies.MeshLayout(mesh_shape, "")
   axes = [d.name for d in mesh.mesh_shape.dims]
   other = [a for a in axes if a not in ("batch", "model")]
   if other:
@@ -164,7 +164,7 @@ def summarize_counters(counters, mesh_shape):
     dict with allreduce, alltoall, allconcat (elements, summed over devices
     as mtf counts them), einsum, einsum_unique and ring_elements_per_device.
   """
-  mesh = sharding.MeshLayout(mesh_shape, "")
+  mesh = strategies.MeshLayout(mesh_shape, "")
   n = max(mesh.mesh_shape.size, 1)
   out = dict(allreduce=0, alltoall=0, allconcat=0, einsum=0, einsum_unique=0,
              ring_elements_per_device=0.0)
@@ -191,10 +191,10 @@ def core_activation_slices(lowering, dims):
   """
   best_slice = best_size = 0
   for op in lowering.graph.operations:
-    if "/%s/" % sharding.CORE_SCOPE not in "/" + op.name + "/":
+    if "/%s/" % strategies.CORE_SCOPE not in "/" + op.name + "/":
       continue
     for t in op.outputs:
-      if not sharding.is_core_activation(t.shape, dims):
+      if not strategies.is_core_activation(t.shape, dims):
         continue
       impl = lowering.mesh_impl(t)
       best_slice = max(best_slice, impl.slice_size(t.shape))
@@ -218,9 +218,9 @@ def check_config(config, mesh_shape, layout=None):
   spec_lib.check_layout_names(
       layout, [name for name, _ in spec_lib.parse_mesh_shape(mesh_shape)],
       spec_lib.unit_dim_names(attention_spec(config)), what="--layout")
-  sharding.HeadsParallel().check(layer.dims, mesh_shape, layout,
+  strategies.HeadsParallel().check(layer.dims, mesh_shape, layout,
                                  config.batch, config.length)
-  mesh = sharding.MeshLayout(mesh_shape, layout)
+  mesh = strategies.MeshLayout(mesh_shape, layout)
   for d in mesh.mesh_shape.dims:
     if d.name == "batch" and config.batch % d.size:
       raise ValueError("dim 'batch' (size %d) is not divisible by mesh axis "
@@ -231,11 +231,11 @@ def _setup(config, strategy_name, mesh_shape, layout):
   """(strategy, layer, layout) of one measurement: the layout is
   default_layout's unless given, plus the strategy's rules (Auto adds its
   own when it needs it)."""
-  strategy = sharding.make_strategy(strategy_name)
+  strategy = strategies.make_strategy(strategy_name)
   layer = make_layer(config, strategy)
   if layout is None:
     layout = default_layout(layer, mesh_shape)
-  if not isinstance(strategy, sharding.Auto):
+  if not isinstance(strategy, strategies.Auto):
     layout = full_layout(layout, strategy.layout_rules())
   return strategy, layer, layout
 
@@ -246,7 +246,7 @@ def measure(config, strategy_name, mesh_shape, layout=None, vocab=128,
 
   Args:
     config: a Config.
-    strategy_name: a key of sharding.STRATEGIES.
+    strategy_name: a key of strategies.STRATEGIES.
     mesh_shape: e.g. "model:8" or "batch:2;model:4".
     layout: layout rules for the layer's dims (None: default_layout); the
       strategy's own rules (layout_rules()) are appended, except for "auto",
@@ -262,8 +262,8 @@ def measure(config, strategy_name, mesh_shape, layout=None, vocab=128,
   """
   strategy, layer, layout = _setup(config, strategy_name, mesh_shape, layout)
   check_config(config, mesh_shape, layout)
-  auto = isinstance(strategy, sharding.Auto)
-  mesh = sharding.MeshLayout(mesh_shape, layout)
+  auto = isinstance(strategy, strategies.Auto)
+  mesh = strategies.MeshLayout(mesh_shape, layout)
   strategy.check(layer.dims, mesh_shape, layout, config.batch, config.length)
   run = harness.Harness(
       [layer], d_model=config.d_model, vocab=vocab, batch=config.batch,
@@ -297,26 +297,26 @@ def measure(config, strategy_name, mesh_shape, layout=None, vocab=128,
 def predict(config, strategy_name, mesh_shape, layout=None):
   """Predicted ring bytes per device of one attention layer (no graph).
 
-  sharding.predict_ring_elements x 4, with the layout measure() uses
+  prices.ring_elements x 4, with the layout measure() uses
   (default_layout unless given, plus the strategy's rules).  It leaves out
   what every strategy sends alike (tests/test_auto.py: measured minus
   predicted is one constant per configuration).
   """
   _, layer, layout = _setup(config, strategy_name, mesh_shape, layout)
-  return BYTES_PER_ELEMENT * sharding.predict_ring_elements(
+  return BYTES_PER_ELEMENT * prices.ring_elements(
       strategy_name, layer.dims, mesh_shape, layout, config.batch,
       config.length, config.d_model, config.dynamic)
 
 
 def explain_auto(config, mesh_shape, layout=None):
-  """Lines saying what sharding.Auto picks for `config` and why.
+  """Lines saying what strategies.Auto picks for `config` and why.
 
   One line per candidate (predicted ring bytes per device, or the reason
   it does not apply), then the choice.
   """
-  auto, layer, layout = _setup(config, sharding.Auto.name, mesh_shape,
+  auto, layer, layout = _setup(config, strategies.Auto.name, mesh_shape,
                                layout)
-  mesh = sharding.MeshLayout(mesh_shape, layout)
+  mesh = strategies.MeshLayout(mesh_shape, layout)
   chosen, predicted, table = auto.choose(layer.dims, mesh, config.batch,
                                          config.length, config.d_model,
                                          config.dynamic)
@@ -348,7 +348,7 @@ def row_cells(result):
 
 def num_devices(mesh_shapes):
   """Logical CPU devices needed for all of `mesh_shapes`."""
-  sizes = [max(sharding.MeshLayout(m, "").mesh_shape.size, 1)
+  sizes = [max(strategies.MeshLayout(m, "").mesh_shape.size, 1)
            for m in mesh_shapes]
   return max(sizes + [1])
 

@@ -114,7 +114,7 @@ class Harness(object):
     check_names(layers)
     check_names(encoder_layers or [])
     # one LayoutRules for the model and the mesh implementation, as t5's
-    # utils.run does (sharding.Auto may add its rule while the model builds)
+    # utils.run does (strategies.Auto may add its rule while the model builds)
     layout = mtf.convert_to_layout_rules(layout)
     self.graph = tf.Graph()
     with self.graph.as_default():

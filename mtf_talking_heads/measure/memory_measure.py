@@ -38,18 +38,16 @@ Example:
 import collections
 
 from mtf_talking_heads.core import compat
-import gin
 import mesh_tensorflow as mtf
 from mesh_tensorflow.transformer import transformer
 from mesh_tensorflow.transformer import transformer_layers
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from mtf_talking_heads.estimate import model as model_lib
 from mtf_talking_heads.measure import comm
 from mtf_talking_heads.measure import harness
-from mtf_talking_heads.nn import layers
 from mtf_talking_heads.nn import optimizers
-from mtf_talking_heads.estimate import perf
 
 MeasureConfig = collections.namedtuple("MeasureConfig", [
     "variant", "heads", "d_k", "num_layers", "d_model", "d_ff", "vocab",
@@ -58,14 +56,14 @@ MeasureConfig = collections.namedtuple("MeasureConfig", [
     defaults=("", (), None, "adafactor", "heads_parallel", False))
 MeasureConfig.__doc__ = """One measured configuration.
 
-variant: a perf/costs variant ("multi_head", "talking_heads",
+variant: a model.py/costs variant ("multi_head", "talking_heads",
 "project_logits", "project_weights", "grouped_talking_heads", or
 "talking_heads" with `dynamic` terms); heads = heads_k = heads_v, d_v = d_k.
 mesh_shape: e.g. "batch:2;model:2"; layout: "" for comm.default_layout
 plus "batch:batch", "d_ff:model", "vocab:model" on the axes the mesh has.
 optimizer: "adafactor", "adam" or "lamb" (memory.py's OPTIMIZER_SLOTS).
-strategy: a sharding strategy name (sharding.STRATEGIES).
-recompute: the core recomputed in the backward pass (recompute.RecomputeCore,
+strategy: a sharding strategy name (strategies.STRATEGIES).
+recompute: the core recomputed in the backward pass (strategies.RecomputeCore,
 heads_parallel only).
 """
 
@@ -77,24 +75,23 @@ OPTIMIZERS = {
 
 
 def attention_model(config):
-  """The perf.Model (kind "lm") that memory.py predicts `config` with."""
-  att = perf.make_attention(config.variant, config.heads, config.d_k,
-                            dynamic=config.dynamic, groups=config.groups)
-  return perf.make_model(
+  """The model.Model (kind "lm") that memory.py predicts `config` with."""
+  att = model_lib.make_attention(config.variant, config.heads, config.d_k,
+                                 dynamic=config.dynamic, groups=config.groups)
+  return model_lib.make_model(
       "lm", config.num_layers, config.d_model, config.d_ff, config.vocab,
       config.batch, config.length, config.length, dec_self=att,
       relative_bias=False, optimizer=config.optimizer)
 
 
 def _layer(config):
-  from mtf_talking_heads.nn import sharding  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.nn import strategies  # pylint: disable=g-import-not-at-top
   c = comm.make_config(config.variant, config.heads, config.d_k, config.d_k,
                        config.d_model, config.length, config.batch,
                        dynamic=config.dynamic, groups=config.groups)
-  strategy = sharding.make_strategy(config.strategy)
+  strategy = strategies.make_strategy(config.strategy)
   if config.recompute:
-    from mtf_talking_heads.nn import recompute  # pylint: disable=g-import-not-at-top
-    strategy = recompute.RecomputeCore()
+    strategy = strategies.RecomputeCore()
   return comm.make_layer(c, strategy)
 
 
@@ -102,22 +99,22 @@ def full_layout(config, layer):
   """The layout the measurement lowers with (see MeasureConfig)."""
   if config.layout:
     return config.layout
-  axes = perf.parse_mesh(config.mesh_shape)
+  axes = model_lib.parse_mesh(config.mesh_shape)
   mesh = ";".join("%s:%d" % (a, s) for a, s in axes.items() if s > 1)
   rules = comm.default_layout(layer, mesh or "batch:1")
   rules = [r for r in rules.split(";") if r and (
       axes[r.split(":")[1]] > 1)]
   if axes["model"] > 1:
     rules += ["d_ff:model", "vocab:model"]
-  from mtf_talking_heads.nn import sharding  # pylint: disable=g-import-not-at-top
-  strategy = sharding.make_strategy(config.strategy)
+  from mtf_talking_heads.nn import strategies  # pylint: disable=g-import-not-at-top
+  strategy = strategies.make_strategy(config.strategy)
   if axes["model"] > 1:
     rules += ["%s:%s" % r for r in strategy.layout_rules()]
   return ";".join(rules)
 
 
 def _mesh_string(config):
-  axes = perf.parse_mesh(config.mesh_shape)
+  axes = model_lib.parse_mesh(config.mesh_shape)
   return ";".join("%s:%d" % (a, s) for a, s in axes.items() if s > 1)
 
 
@@ -313,7 +310,7 @@ def auto_mtf_peak(graph):
   estimator_module = load_auto_mtf("memory_estimator")
   scheduler = load_auto_mtf("scheduler")
   mesh_shape = mtf.Shape([mtf.Dimension(n, s) for n, s in
-                          perf.parse_mesh(graph.mesh_shape).items()])
+                          model_lib.parse_mesh(graph.mesh_shape).items()])
   estimator = estimator_module.MemoryEstimator(graph.mtf_graph, mesh_shape,
                                                [graph.mtf_loss])
   interface = estimator.get_graph_interface()

@@ -121,8 +121,8 @@ def _reference_only(configurable):
   if not isinstance(cls, type):
     return False
   from mesh_tensorflow.transformer import transformer  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.nn import sharding  # pylint: disable=g-import-not-at-top
-  return issubclass(cls, (transformer.TransformerLayer, sharding.Strategy))
+  from mtf_talking_heads.nn import strategies  # pylint: disable=g-import-not-at-top
+  return issubclass(cls, (transformer.TransformerLayer, strategies.Strategy))
 
 
 def _short(selector):

@@ -5,7 +5,7 @@ counter of the unseeded random ops created before it in the graph
 (tensorflow/python/framework/random_seed.get_seed).  Every mtf variable's
 initializer is such an op, so a variable's initial value depended on the
 order in which the model created its variables.  That order depends on the
-mesh: the sharding strategy sharding.Auto picks (from the mesh shape, the
+mesh: the sharding strategy strategies.Auto picks (from the mesh shape, the
 layout and the sizes) decides whether an attention layer creates its
 relative-position bias before or after its projections.  With the same seed,
 the tiny T5 with talking heads (experiments/t5_heads/07, models/t5_tiny.gin)

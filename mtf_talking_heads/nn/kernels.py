@@ -1,7 +1,7 @@
 """The attention kernels of the strategies' cores: fast, exact forms of the pseudocode.
 
 attention.py writes the paper's J, L, W, U, O one op per line; the sharding
-strategies (sharding.py) run the same algorithm with ordered_core, whose
+strategies (nn/strategies) run the same algorithm with ordered_core, whose
 n x m x heads tensors are heads-major ([batch, heads, n, m]), whose heads
 projections are batched matmuls with P-first gradients (project_heads) and
 whose softmax is one fused op (softmax_last).  Nothing here knows about

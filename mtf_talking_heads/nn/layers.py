@@ -39,9 +39,9 @@ import mesh_tensorflow as mtf
 from mesh_tensorflow.transformer import transformer_layers
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads.nn import attention
-from mtf_talking_heads.nn import sharding
 from mtf_talking_heads.core import spec as spec_lib
+from mtf_talking_heads.nn import attention
+from mtf_talking_heads.nn import strategies
 
 _WEIGHT_TERMS = {"x2l": "p_xl", "m2l": "p_ml", "x2w": "p_xw", "m2w": "p_mw"}
 _RELATIVE_TYPES = (None, "bias", "bias_shared")
@@ -83,10 +83,10 @@ class AttentionLayer(transformer_layers.SelfAttention):
       relative_attention_type: None, "bias" or "bias_shared" (T5 bucketed
         relative position bias, added to L on the softmax heads).
       relative_attention_num_buckets: an integer.
-      strategy: a sharding strategy (see sharding.py); None: sharding.Auto(),
-        the cheapest that applies to the model's mesh, layout, batch and
-        lengths (heads-parallel on one device, or without core_shard in the
-        layout).
+      strategy: a sharding strategy (see nn/strategies); None:
+        strategies.Auto(), the cheapest that applies to the model's mesh,
+        layout, batch and lengths (heads-parallel on one device, or without
+        core_shard in the layout).
       groups: None, or int / (name, size): grouped talking heads with g
         groups (heads_k, heads, heads_v are then the totals, each a
         multiple of g; see GroupedTalkingHeadsAttention).
@@ -111,7 +111,7 @@ class AttentionLayer(transformer_layers.SelfAttention):
     self.dropout_rate = dropout_rate
     self.relative_attention_type = relative_attention_type
     self.relative_attention_num_buckets = relative_attention_num_buckets
-    self.strategy = strategy or sharding.Auto()
+    self.strategy = strategy or strategies.Auto()
     # attributes mtf's SelfAttention.compute_bias reads
     self.hyperprompt_length_encoder = None
     self.hyperprompt_length_decoder = None
@@ -193,8 +193,8 @@ class AttentionLayer(transformer_layers.SelfAttention):
         u, context.train, self.dropout_rate, [context.length_dim])
 
   def _frame(self, context, x, memory=None):
-    """The strategy's Frame for this call (see sharding.Frame)."""
-    return self.strategy.frame(sharding.AttentionCall(
+    """The strategy's Frame for this call (see strategies.Frame)."""
+    return self.strategy.frame(strategies.AttentionCall(
         type(self).__name__, self.dims, self.dynamic, context, x, memory))
 
   def attend(self, frame, context, x, weights, q, k, v, r_m, memory_length,
@@ -202,7 +202,7 @@ class AttentionLayer(transformer_layers.SelfAttention):
     """Dynamic X terms, the core (J..O, frame.core), then Y.
 
     Args:
-      frame: the strategy's sharding.Frame; x, weights, q, k, v, r_m are
+      frame: the strategy's strategies.Frame; x, weights, q, k, v, r_m are
         in it (its dims, and e.g. a cut batch).
       context: the mtf transformer Context.
       x: X[..., n, d_model] (for the dynamic R_X terms).

@@ -34,6 +34,7 @@ import mesh_tensorflow as mtf
 from mesh_tensorflow.transformer import transformer
 
 from mtf_talking_heads.core import compat
+from mtf_talking_heads.estimate import model as model_lib
 # models.gin_dir() is public too (the training package, setup.py's comment, tests)
 from mtf_talking_heads.core.gin_paths import gin_dir  # pylint: disable=unused-import
 
@@ -42,7 +43,6 @@ MTF_DEFAULTS_GIN = os.path.join(os.path.dirname(transformer.__file__), "gin",
 # Tensor dims that mtf's own stock layouts name although a model may lack
 # them (defaults.gin: "ensemble:ensemble,...,experts:batch"); harmless.
 MTF_GENERIC_DIMS = frozenset(["ensemble", "experts", "outer_batch"])
-VOCAB_DIVISOR = 128  # transformer.Unitransformer pads the vocabulary to this
 
 
 def register_gin_search_path():
@@ -173,7 +173,7 @@ def describe(model_type, vocab_size):
   d_model = query("transformer.Unitransformer.d_model") or query("d_model")
   d_model_dim = mtf.Dimension("d_model", d_model)
   dims = {"d_model": d_model,
-          "vocab": -(-vocab_size // VOCAB_DIVISOR) * VOCAB_DIVISOR,
+          "vocab": model_lib.padded_vocab(vocab_size),
           "batch": None, "length": None, "memory_length": None}
   stacks = {}
   positional = None

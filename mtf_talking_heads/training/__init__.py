@@ -21,7 +21,7 @@ How: mesh_tensorflow.transformer.utils.run builds the TPUEstimator exactly as
 optimiser, schedule, batch, lengths); its ``train_model_fn`` hook receives
 that estimator.  Our ``mtf_th.train_model`` (bound by gin/mtf_th.gin, so the
 stock script uses it too) seeds the graph, exposes every logical CPU device
-to the session, skips seen data and attaches progress.ProgressHook; eval and
+to the session, skips seen data and attaches hooks.ProgressHook; eval and
 decode pass their own function to the same hook.  On CPU the mesh is
 PlacementMeshImpl over logical CPU devices; with ``tpu=...`` utils.run uses
 SimdMeshImpl on the TPU slice.
@@ -35,19 +35,23 @@ Files written to model_dir: checkpoints (model.ckpt-N.*, written by TF's
 Saver: data to a temporary name, then renamed, then the ``checkpoint`` index
 updated, so a killed run never leaves a listed checkpoint half-written),
 operative_config.gin, TensorBoard events (train; eval_<split>/), and the CSV
-files of progress.py.
+files of runtime/run_files.py.
 
 The package, one job per file:
   errors.py       ConfigError, TrainingError, Interrupted; op-failure lines.
   settings.py     parse_gin, Settings (what utils.run will receive).
   checks.py       preflight(), check_settings(): every check before a graph.
   model_size.py   the model's size line and the RAM bound, before a graph.
+  setup.py        prepare(): the one setup sequence of train, eval, decode
+                  and finetune (checkpoints, gin, pre-flight, size line,
+                  checkpoint match), in one order.
   devices.py      mtf_th.mesh_devices: logical CPU devices for the mesh.
   estimator.py    run(): utils.run with our train_model_fn; the estimator's
-                  seed (initial weights seeded by name: ../init_seeds.py)
+                  seed (initial weights seeded by name: ../nn/init_seeds.py)
                   and devices; no retry of failing ops; the model_dir lock
-                  (../dir_lock.py); --tpu resolved first.
-  hooks.py        OrderReadsBeforeWritesHook (reproducible steps).
+                  (../runtime/dir_lock.py); --tpu resolved first.
+  hooks.py        OrderReadsBeforeWritesHook (reproducible steps),
+                  ProgressHook (train_log.csv, progress lines).
   checkpoints.py  which checkpoints to keep, which exist, whether they fit.
   loop.py         mtf_th.train_model and train().
   evaluation.py   mtf_th.evaluate_checkpoints and evaluate().
@@ -80,8 +84,8 @@ from mtf_talking_heads.training.evaluation import evaluate_checkpoints
 from mtf_talking_heads.training.finetuning import finetune
 from mtf_talking_heads.training.hooks import OrderReadsBeforeWritesHook
 from mtf_talking_heads.training.loop import train
-from mtf_talking_heads.training.metrics import score
 from mtf_talking_heads.training.loop import train_model
+from mtf_talking_heads.training.metrics import score
 from mtf_talking_heads.training.settings import parse_gin
 from mtf_talking_heads.training.settings import resolve_gin_file
 from mtf_talking_heads.training.settings import Settings

@@ -3,10 +3,11 @@
 Owns the keeping policy during training (CheckpointKeeper: the steps an eval
 needs are never deleted; the saver hook and events writer that write the
 graph only when asked), latest_step / checkpoint_steps / checkpoint_paths
-(complete checkpoints only), the check that a checkpoint holds every
-configured variable in its shape (no session, nothing written), the
-checkpoint's dtype, and the operative_config.gin that eval / decode fall back
-to.
+(complete checkpoints only: runtime/run_files.py's listing, through
+tf.io.gfile so a gs:// model_dir is listed too), the check that a checkpoint
+holds every configured variable in its shape (no session, nothing written),
+the checkpoint's dtype, and the operative_config.gin that eval / decode fall
+back to.
 """
 import contextlib
 import os
@@ -18,7 +19,7 @@ from mesh_tensorflow.transformer import utils as mtf_utils
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads.core import compat
-from mtf_talking_heads.runtime import progress
+from mtf_talking_heads.runtime import run_files
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import settings as settings_lib
 
@@ -45,7 +46,7 @@ class CheckpointKeeper(tf.train.CheckpointSaverListener):
     self.saver = None
 
   def protected(self):
-    evaluated = set(r["step"] for r in progress.read_eval_results(
+    evaluated = set(r["step"] for r in run_files.read_eval_results(
         self._model_dir))
     return self._steps | evaluated
 
@@ -56,7 +57,7 @@ class CheckpointKeeper(tf.train.CheckpointSaverListener):
     keep = self.protected()
     self.saver.set_last_checkpoints_with_time([
         (path, t) for path, t in compat.checkpoints_with_time(self.saver)
-        if int(mtf_utils.get_step_from_checkpoint_path(path)) not in keep])
+        if run_files.checkpoint_step(path) not in keep])
 
 
 def _saver_hook_class(keeper, write_graph):
@@ -111,36 +112,38 @@ def checkpoint_policy(model_dir, keeper, write_graph):
 # which exist
 
 
+class _GFileOps(object):
+  """run_files' file operations through tf.io.gfile (gs:// paths too), as
+  tf.train.get_checkpoint_state / latest_checkpoint do them."""
+  READ_ERRORS = (tf.errors.OpError,)
+
+  @staticmethod
+  def exists(path):
+    return tf.io.gfile.exists(path)
+
+  @staticmethod
+  def glob(pattern):
+    return tf.io.gfile.glob(pattern)
+
+  @staticmethod
+  def read_text(path):
+    with tf.io.gfile.GFile(path) as f:
+      return f.read()
+
+
+_GFILE = _GFileOps()
+
+
 def latest_step(model_dir):
   """Global step of the latest checkpoint in model_dir, or None."""
-  path = tf.train.latest_checkpoint(model_dir) if tf.io.gfile.exists(
-      model_dir) else None
-  return None if path is None else int(
-      mtf_utils.get_step_from_checkpoint_path(path))
+  return run_files.latest_step(model_dir, _GFILE)
 
 
 def checkpoint_steps(model_dir):
-  """Steps of the complete checkpoints in model_dir.
-
-  A checkpoint counts if it is listed in model_dir/checkpoint or its index
-  file exists, and its index and every data shard are present.
-  """
-  if not tf.io.gfile.exists(model_dir):
-    return []
-  prefixes = set(p[:-len(".index")] for p in tf.io.gfile.glob(
-      os.path.join(model_dir, "model.ckpt-*.index")))
-  state = tf.train.get_checkpoint_state(model_dir)
-  if state is not None:
-    for path in state.all_model_checkpoint_paths:
-      prefixes.add(path if os.path.isabs(path) else
-                   os.path.join(model_dir, path))
-  steps = []
-  for prefix in prefixes:
-    shards = tf.io.gfile.glob(prefix + ".data-*-of-*")
-    if (tf.io.gfile.exists(prefix + ".index") and shards and
-        len(shards) == int(shards[0].rsplit("-of-", 1)[1])):
-      steps.append(int(mtf_utils.get_step_from_checkpoint_path(prefix)))
-  return sorted(set(steps))
+  """Steps of the complete checkpoints in model_dir: a checkpoint counts if
+  it is listed in model_dir/checkpoint or its index file exists, and its
+  index and every data shard are present (run_files.checkpoint_steps)."""
+  return run_files.checkpoint_steps(model_dir, _GFILE)
 
 
 def checkpoint_paths(model_dir, steps, flag="--model_dir"):

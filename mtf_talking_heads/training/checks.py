@@ -10,9 +10,9 @@ import difflib
 
 import mesh_tensorflow as mtf
 
+from mtf_talking_heads.core import spec
 from mtf_talking_heads.nn import models
 from mtf_talking_heads.nn import optimizers
-from mtf_talking_heads.core import spec
 from mtf_talking_heads.nn import validation
 from mtf_talking_heads.training import cluster as training_cluster
 from mtf_talking_heads.training import devices
@@ -61,7 +61,7 @@ def check_settings(settings, description, num_devices=None):
         what="layout %r (the layout macro or utils.run.layout_rules):"
         % settings.layout_string)
   except ValueError as e:
-    raise errors.ConfigError(str(e))
+    raise errors.ConfigError(str(e)) from e
   # -- divisibility of split dims
   if mesh is not None:
     seen = {}
@@ -93,7 +93,8 @@ def check_settings(settings, description, num_devices=None):
             memory_length=dims.get("memory_length") or lengths[0],
             strict=False)
       except ValueError as e:
-        raise errors.ConfigError("%s (layout %r)" % (e, settings.layout_string))
+        raise errors.ConfigError(
+            "%s (layout %r)" % (e, settings.layout_string)) from e
       _check_strategy(layer, settings, dims["batch"],
                       dims.get("length") or lengths[-1])
   # -- sequence lengths
@@ -144,7 +145,7 @@ def _check_strategy(layer, settings, batch, length):
                    batch, length)
   except ValueError as e:
     raise errors.ConfigError("%s (strategy %s, mesh_shape %r, layout %r)" % (
-        e, type(strategy).__name__, mesh_shape, settings.layout_string))
+        e, type(strategy).__name__, mesh_shape, settings.layout_string)) from e
 
 
 def _check_span_lengths(settings):
@@ -165,7 +166,7 @@ def _check_span_lengths(settings):
   except Exception as e:  # pylint: disable=broad-except
     raise errors.ConfigError("span corruption cannot make inputs of %d tokens "
                              "(noise_density %s, mean_noise_span_length %s): %s"
-                             % (inputs, density, span, e))
+                             % (inputs, density, span, e)) from e
   if settings.sequence_length["targets"] < targets_needed:
     raise errors.ConfigError(
         "targets_length %d is too short for span corruption of %d input "
@@ -183,7 +184,7 @@ def _check_corpus():
   try:
     corpus.configured_corpus()
   except ValueError as e:
-    raise errors.ConfigError(str(e))
+    raise errors.ConfigError(str(e)) from e
 
 
 def preflight(tpu=None):
@@ -198,14 +199,14 @@ def preflight(tpu=None):
     raise
   except (ValueError, TypeError) as e:
     raise errors.ConfigError("the model's layers reject their gin arguments: %s"
-                             % e)
+                             % e) from e
   num_devices = None if tpu else devices.available_cpu_devices()
   training_cluster.check_mesh_size(settings.mesh_shape)  # --cluster: equal
   check_settings(settings, description, num_devices)
   try:
     optimizers.check_settings()
   except ValueError as e:
-    raise errors.ConfigError(str(e))
+    raise errors.ConfigError(str(e)) from e
   return settings, description
 
 
@@ -223,4 +224,4 @@ def _check_task(name):
         "MIXTURE_NAME %r is not a registered task or mixture%s" % (
             name, (" (did you mean %s?)" % " or ".join(close)) if close else
             "; this package registers th_span_corruption, th_mlm and "
-            "th_finetune_squad_glue_superglue"))
+            "th_finetune_squad_glue_superglue")) from None

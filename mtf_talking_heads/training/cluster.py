@@ -13,8 +13,8 @@ import uuid
 
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads.runtime import cluster as cluster_lib
 from mtf_talking_heads.core import compat
+from mtf_talking_heads.runtime import cluster as cluster_lib
 from mtf_talking_heads.training import errors
 
 # A deadline for the pre-flight's calls to the servers.
@@ -69,7 +69,7 @@ def check_mesh_size(mesh_shape):
     active.check_mesh_size(max(mesh_shape.size, 1), repr(";".join(
         "%s:%d" % (d.name, d.size) for d in mesh_shape.dims)))
   except cluster_lib.ClusterError as e:
-    raise errors.ConfigError(str(e))
+    raise errors.ConfigError(str(e)) from e
 
 
 def _task_devices(names):
@@ -161,7 +161,7 @@ def preflight(model_dir, data_paths=()):
       try:
         names = [d.name for d in session.list_devices()]
       except tf.errors.OpError as e:
-        raise _not_listed(active, e)
+        raise _not_listed(active, e) from e
       active.device_type = _device_type(active, names)
       with tf.device(cluster_lib.device_name(0, 0, "CPU")):
         read = tf.io.read_file(probe)

@@ -11,13 +11,10 @@ from mesh_tensorflow.transformer import utils as mtf_utils
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads.training import checkpoints
-from mtf_talking_heads.training import checks
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import estimator as estimator_lib
-from mtf_talking_heads.training import model_size
 from mtf_talking_heads.training import evaluation
-from mtf_talking_heads.training import settings as settings_lib
+from mtf_talking_heads.training import setup
 
 # Model types that write targets for given inputs: an encoder-decoder, and a
 # decoder-only model that continues "<inputs> EOS" (mtf's delimited_lm).
@@ -56,26 +53,25 @@ def load_for_decoding(model_dir, gin_files, gin_params, checkpoint_step,
                       tpu, who, hint=""):
   """Checkpoint and settings of a model to decode, checked before any graph.
 
-  Parses the model's operative gin (+ gin_files/gin_params), runs the
-  pre-flight, refuses a model that is not text-to-text (TEXT_TO_TEXT; a
-  ConfigError "<who> needs a text-to-text model ...; this one is
-  <model_type><hint>") and a checkpoint that does not match.
-  Returns ((step, path), settings).
+  setup.prepare's sequence: parses the model's operative gin (+
+  gin_files/gin_params), runs the pre-flight, refuses a model that is not
+  text-to-text (TEXT_TO_TEXT; a ConfigError "<who> needs a text-to-text
+  model ...; this one is <model_type><hint>") and a checkpoint that does
+  not match.  Returns ((step, path), settings).
   """
-  checkpoint = checkpoints.checkpoint_paths(model_dir, checkpoint_step)[0]
-  settings_lib.parse_gin(checkpoints.operative_gin(model_dir, gin_files),
-                         gin_params)
-  checkpoints.match_checkpoint_dtype(checkpoint[1])
-  settings, description = checks.preflight(tpu)
-  model_size.report(settings, description, 'decode')
-  if settings.model_type not in TEXT_TO_TEXT:
-    raise errors.ConfigError(
-        "%s needs a text-to-text model (model_type bitransformer, or "
-        "delimited_lm: a decoder-only model fine-tuned with "
-        "experiments/finetune_embedded_lm.gin); this one is %r%s"
-        % (who, settings.model_type, hint))
-  checkpoints.check_checkpoint_matches([checkpoint[1]], settings)
-  return checkpoint, settings
+
+  def check(settings):
+    if settings.model_type not in TEXT_TO_TEXT:
+      raise errors.ConfigError(
+          "%s needs a text-to-text model (model_type bitransformer, or "
+          "delimited_lm: a decoder-only model fine-tuned with "
+          "experiments/finetune_embedded_lm.gin); this one is %r%s"
+          % (who, settings.model_type, hint))
+
+  settings, _, found = setup.prepare("decode", model_dir, gin_files,
+                                     gin_params, tpu, steps=checkpoint_step,
+                                     check=check)
+  return found[0], settings
 
 
 def decode_rows(estimator, vocabulary, ids, batch_size, checkpoint):

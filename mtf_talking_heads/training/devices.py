@@ -7,9 +7,9 @@ devices a process may have.
 import gin
 import mesh_tensorflow as mtf
 
-from mtf_talking_heads.runtime import cluster as cluster_lib
 from mtf_talking_heads.core import compat
 from mtf_talking_heads.nn import models
+from mtf_talking_heads.runtime import cluster as cluster_lib
 from mtf_talking_heads.training import errors
 
 DEFAULT_MAX_CPU_DEVICES = 64
@@ -70,4 +70,4 @@ def mesh_devices(mesh_shape=None, max_cpu_devices=DEFAULT_MAX_CPU_DEVICES):
   try:
     return compat.split_cpu(size)
   except ValueError as e:
-    raise errors.ConfigError(str(e))
+    raise errors.ConfigError(str(e)) from e

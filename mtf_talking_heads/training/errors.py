@@ -10,8 +10,8 @@ import re
 
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads.runtime import cluster as cluster_lib
 from mtf_talking_heads.core import spec
+from mtf_talking_heads.runtime import cluster as cluster_lib
 
 # Errors of a lost or unreachable task (--cluster).
 LOST_TASK_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,

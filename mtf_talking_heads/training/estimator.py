@@ -12,10 +12,10 @@ import gin
 from mesh_tensorflow.transformer import utils as mtf_utils
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads.runtime import cluster as cluster_lib
 from mtf_talking_heads.core import compat
-from mtf_talking_heads.runtime import dir_lock
 from mtf_talking_heads.nn import init_seeds
+from mtf_talking_heads.runtime import cluster as cluster_lib
+from mtf_talking_heads.runtime import dir_lock
 from mtf_talking_heads.training import cluster as training_cluster
 from mtf_talking_heads.training import devices
 from mtf_talking_heads.training import errors

@@ -14,13 +14,10 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads.core import compat
-from mtf_talking_heads.runtime import progress
-from mtf_talking_heads.training import checkpoints
-from mtf_talking_heads.training import checks
+from mtf_talking_heads.runtime import run_files
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import estimator as estimator_lib
-from mtf_talking_heads.training import model_size
-from mtf_talking_heads.training import settings as settings_lib
+from mtf_talking_heads.training import setup
 
 
 @gin.configurable(module="mtf_th")
@@ -150,13 +147,8 @@ def evaluate(model_dir, gin_files=(), gin_params=(), checkpoint_steps=None,
     TrainingError: an op failed (one line: the op, the cause, the fix).
   """
   estimator_lib.check_model_dir(model_dir)
-  paths = checkpoints.checkpoint_paths(model_dir, checkpoint_steps)
-  settings_lib.parse_gin(checkpoints.operative_gin(model_dir, gin_files),
-                         gin_params)
-  checkpoints.match_checkpoint_dtype(paths[-1][1])
-  settings, description = checks.preflight(tpu)
-  model_size.report(settings, description, 'eval')
-  checkpoints.check_checkpoint_matches([path for _, path in paths], settings)
+  settings, _, paths = setup.prepare("eval", model_dir, gin_files, gin_params,
+                                     tpu, steps=checkpoint_steps)
   options = evaluate_checkpoints()
   options["mixture_or_task_name"] = (options["mixture_or_task_name"] or
                                      settings.mixture)
@@ -165,5 +157,5 @@ def evaluate(model_dir, gin_files=(), gin_params=(), checkpoint_steps=None,
                          paths=paths, options=options)
   with errors.op_errors_stop("evaluating %s" % model_dir):
     estimator_lib.run(model_dir, tpu, tpu_zone, gcp_project, fn, settings)
-  progress.write_eval_results(model_dir, results)
+  run_files.write_eval_results(model_dir, results)
   return results

@@ -12,18 +12,14 @@ import os
 import sys
 
 import gin
-import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads.nn import models
-from mtf_talking_heads.nn import optimizers
-from mtf_talking_heads.runtime import progress
-from mtf_talking_heads.training import checkpoints
-from mtf_talking_heads.training import checks
+from mtf_talking_heads.nn import optimizers  # noqa: F401  pylint: disable=unused-import  (gin: mtf_th.lamb, ...)
+from mtf_talking_heads.runtime import run_files
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import estimator as estimator_lib
-from mtf_talking_heads.training import model_size
 from mtf_talking_heads.training import loop
-from mtf_talking_heads.training import settings as settings_lib
+from mtf_talking_heads.training import setup
 
 
 def finetune(model_dir, pretrained_model_dir, gin_files=(), gin_params=(),
@@ -54,34 +50,33 @@ def finetune(model_dir, pretrained_model_dir, gin_files=(), gin_params=(),
     raise errors.ConfigError(
         "--model_dir must differ from --pretrained_model_dir "
         "(fine-tuning never overwrites pre-training checkpoints)")
-  step, path = checkpoints.checkpoint_paths(
-      pretrained_model_dir, checkpoint_step, "--pretrained_model_dir")[0]
-  settings_lib.parse_gin(gin_files, gin_params)
-  if finetune_steps is None:
-    finetune_steps = models.query("finetune_steps")
-  errors.positive_int("finetune_steps", finetune_steps,
-                      " (include experiments/finetune.gin or pass "
-                      "--finetune_steps)")
-  with gin.unlock_config():
-    gin.bind_parameter("utils.run.init_checkpoint", path)
-    gin.bind_parameter("utils.run.train_steps", step + finetune_steps)
-    gin.bind_parameter("utils.run.total_run_steps", step + finetune_steps)
-    gin.bind_parameter("utils.run.seen_data_init_step", step)
-    gin.bind_parameter("mtf_th.warmup_linear_decay.start_step", step)
-  loop.require_train_fn()
-  settings, description = checks.preflight(tpu)
-  model_size.report(settings, description, 'finetune')
-  checkpoints.check_checkpoint_matches([path], settings,
-                                       "--pretrained_model_dir",
-                                       missing_ok=True)
-  if checkpoints.latest_step(model_dir) is not None:
-    checkpoints.check_checkpoint_matches(
-        [tf.train.latest_checkpoint(model_dir)], settings)
-  estimator_lib.check_tpu(tpu, tpu_zone, gcp_project)
-  tf.io.gfile.makedirs(model_dir)
+
+  def configure(start):
+    """From the pre-trained step P to P + finetune_steps."""
+    nonlocal finetune_steps
+    (step, path), = start
+    if finetune_steps is None:
+      finetune_steps = models.query("finetune_steps")
+    errors.positive_int("finetune_steps", finetune_steps,
+                        " (include experiments/finetune.gin or pass "
+                        "--finetune_steps)")
+    with gin.unlock_config():
+      gin.bind_parameter("utils.run.init_checkpoint", path)
+      gin.bind_parameter("utils.run.train_steps", step + finetune_steps)
+      gin.bind_parameter("utils.run.total_run_steps", step + finetune_steps)
+      gin.bind_parameter("utils.run.seen_data_init_step", step)
+      gin.bind_parameter("mtf_th.warmup_linear_decay.start_step", step)
+    loop.require_train_fn()
+
+  prepared = setup.prepare(
+      "finetune", model_dir, gin_files, gin_params, tpu, tpu_zone,
+      gcp_project, writes=True,
+      pretrained=(pretrained_model_dir, checkpoint_step), configure=configure)
+  (step, path), = prepared.checkpoints
   print("[finetune] from %s (step %d) to step %d in %s"
         % (path, step, step + finetune_steps, model_dir), file=sys.stderr,
         flush=True)
   with estimator_lib.writer_lock(model_dir):
-    estimator_lib.run(model_dir, tpu, tpu_zone, gcp_project, None, settings)
-  return progress.read_train_log(model_dir)
+    estimator_lib.run(model_dir, tpu, tpu_zone, gcp_project, None,
+                      prepared.settings)
+  return run_files.read_train_log(model_dir)

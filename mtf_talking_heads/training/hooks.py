@@ -1,13 +1,20 @@
-"""A session hook that makes a training step reproducible.
+"""The train loop's session hooks: reproducible steps and progress.
 
 Owns OrderReadsBeforeWritesHook: within the train op, every read of a
 resource variable runs before that variable's write (the rule of TF2's
 automatic control dependencies), so two runs with the same seed and data
-agree, and a resumed run follows the uninterrupted one.
+agree, and a resumed run follows the uninterrupted one; and ProgressHook:
+every step to train_log.csv (runtime/run_files.py) and a progress line with
+a steady-state ETA (runtime/progress.py).
 """
+import sys
+import time
+
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads.core import compat
+from mtf_talking_heads.runtime import progress
+from mtf_talking_heads.runtime import run_files
 
 _WRITE_OPS = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
               "ResourceScatterAdd", "ResourceScatterUpdate")
@@ -62,6 +69,82 @@ class OrderReadsBeforeWritesHook(tf.train.SessionRunHook):
                  if r not in write.control_inputs]
       if pending:
         compat.add_control_inputs(write, pending)
+
+
+class ProgressHook(tf.train.SessionRunHook):
+  """Logs every training step to train_log.csv and prints progress lines.
+
+  Fetches the loss (the estimator's LOSSES collection) with each update and
+  reads the global step after it: the row's step counts updates done.
+
+  Args:
+    model_dir: where train_log.csv lives.
+    train_steps: the global step this run stops at (for percent and ETA).
+    log_every_steps: write a CSV row every this many steps.
+    print_every_secs: print a progress line at most this often.
+    stream: where progress lines go (default sys.stderr).
+    label: prefix of the progress lines.
+  """
+
+  def __init__(self, model_dir, train_steps, log_every_steps=1,
+               print_every_secs=10.0, stream=None, label="train"):
+    self.last_step = None  # the global step after the last update
+    self._log = run_files.TrainLog(model_dir)
+    self._train_steps = train_steps
+    self._log_every = max(int(log_every_steps), 1)
+    self._print_every = print_every_secs
+    self._stream = stream or sys.stderr
+    self._label = label
+
+  def begin(self):
+    losses = tf.get_collection(tf.GraphKeys.LOSSES)
+    if not losses:
+      raise ValueError("ProgressHook: the graph has no loss in the LOSSES "
+                       "collection (is this an Estimator training graph?)")
+    self._loss = losses[-1]
+    self._global_step = tf.train.get_global_step()
+
+  def after_create_session(self, session, coord):
+    del coord
+    self._start_step = int(session.run(tf.train.get_global_step()))
+    self.last_step = self._start_step
+    self._offset = self._log.last_elapsed()
+    self._t0 = time.time()
+    self._meter = progress.RateMeter(self._start_step)
+    self._last_row = (self._start_step, self._t0)
+    self._last_print = self._t0
+    self._print("starting at step %d of %d" % (self._start_step,
+                                               self._train_steps))
+
+  def before_run(self, run_context):
+    del run_context
+    return tf.train.SessionRunArgs(self._loss)
+
+  def after_run(self, run_context, run_values):
+    now = time.time()
+    # read after the update (a separate tiny run: mtf's train op increments
+    # the step without ordering it against reads in the same run)
+    step = int(run_context.session.run(self._global_step))
+    self.last_step = step
+    self._meter.update(step, now)
+    loss = float(run_values.results)
+    if step % self._log_every == 0 or step == self._train_steps:
+      last_step, last_t = self._last_row
+      rate = (step - last_step) / max(now - last_t, 1e-9)
+      self._log.append(step, loss, rate, self._offset + now - self._t0)
+      self._last_row = (step, now)
+    if now - self._last_print >= self._print_every or step == self._train_steps:
+      rate = self._meter.rate()
+      left = self._meter.eta(step, self._train_steps)
+      self._print("step %d/%d (%.0f%%) loss %.4f  %s steps/s  ETA %s"
+                  % (step, self._train_steps,
+                     100.0 * step / max(self._train_steps, 1), loss,
+                     "?" if rate is None else "%.2f" % rate,
+                     "?" if left is None else progress.format_seconds(left)))
+      self._last_print = now
+
+  def _print(self, message):
+    print("[%s] %s" % (self._label, message), file=self._stream, flush=True)
 
 
 def _transitive_fanout(ops, within):

@@ -2,7 +2,7 @@
 
 Owns the train loop as utils.run runs it: seeded and reproducible, resuming
 from the latest checkpoint and skipping the batches already seen, logged by
-progress.ProgressHook, keeping the checkpoints evals need; a failing op ends
+hooks.ProgressHook, keeping the checkpoints evals need; a failing op ends
 it with one TrainingError line (no retry), Ctrl-C or SIGTERM with
 Interrupted, and an attempt that saved nothing leaves no events file.
 """
@@ -13,15 +13,13 @@ import gin
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads.nn import models
-from mtf_talking_heads.runtime import progress
+from mtf_talking_heads.runtime import run_files
 from mtf_talking_heads.training import checkpoints
-from mtf_talking_heads.training import checks
 from mtf_talking_heads.training import cluster as training_cluster
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import estimator as estimator_lib
-from mtf_talking_heads.training import model_size
 from mtf_talking_heads.training import hooks as hooks_lib
-from mtf_talking_heads.training import settings as settings_lib
+from mtf_talking_heads.training import setup
 
 
 def _op_error_message(e, model_dir, step):
@@ -104,9 +102,9 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
       dataset = dataset.skip(start - seen_data_init_step)
     return dataset.prefetch(2)
 
-  hook = progress.ProgressHook(model_dir, train_steps,
-                               log_every_steps=log_every_steps,
-                               print_every_secs=print_every_secs)
+  hook = hooks_lib.ProgressHook(model_dir, train_steps,
+                                log_every_steps=log_every_steps,
+                                print_every_secs=print_every_secs)
   keeper = checkpoints.CheckpointKeeper(
       model_dir, list(keep_checkpoint_steps or ()) + [start])
   events_before = _events_files(model_dir)
@@ -172,19 +170,14 @@ def train(model_dir, gin_files=(), gin_params=(), train_steps=None, tpu=None,
   if train_steps is not None:
     errors.positive_int("--train_steps", train_steps)
     extra.append("utils.run.train_steps = %d" % train_steps)
-  settings_lib.parse_gin(gin_files, gin_params, extra)
-  require_train_fn()
-  settings, description = checks.preflight(tpu)
-  model_size.report(settings, description, 'train')
-  errors.positive_int("train_steps", settings.train_steps)
-  if checkpoints.latest_step(model_dir) is not None:
-    checkpoints.check_checkpoint_matches(
-        [tf.train.latest_checkpoint(model_dir)], settings)
-  estimator_lib.check_tpu(tpu, tpu_zone, gcp_project)
-  tf.io.gfile.makedirs(model_dir)
+  prepared = setup.prepare(
+      "train", model_dir, gin_files, gin_params, tpu, tpu_zone, gcp_project,
+      writes=True, extra_params=extra, configure=lambda _: require_train_fn(),
+      check=lambda s: errors.positive_int("train_steps", s.train_steps))
   with estimator_lib.writer_lock(model_dir):
-    estimator_lib.run(model_dir, tpu, tpu_zone, gcp_project, None, settings)
-  return progress.read_train_log(model_dir)
+    estimator_lib.run(model_dir, tpu, tpu_zone, gcp_project, None,
+                      prepared.settings)
+  return run_files.read_train_log(model_dir)
 
 
 def require_train_fn():

@@ -21,7 +21,6 @@ import sys
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from mtf_talking_heads.training import checkpoints
 from mtf_talking_heads.training import decoding
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import estimator as estimator_lib

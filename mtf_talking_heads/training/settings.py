@@ -13,7 +13,7 @@ from mesh_tensorflow.transformer import utils as mtf_utils
 
 from mtf_talking_heads.core import compat
 from mtf_talking_heads.core import gin_paths
-from mtf_talking_heads.nn import layers  # pylint: disable=unused-import  (gin classes)
+from mtf_talking_heads.nn import layers  # noqa: F401  pylint: disable=unused-import  (gin classes)
 from mtf_talking_heads.nn import models
 from mtf_talking_heads.training import errors
 
@@ -59,18 +59,19 @@ def parse_gin(gin_files=(), gin_params=(), extra_params=()):
         gin.parse_config_file(path)
       except (ValueError, KeyError, TypeError, SyntaxError, ImportError,
               IOError) as e:
-        raise errors.ConfigError("gin file %s: %s" % (path, _gin_message(e)))
+        raise errors.ConfigError(
+            "gin file %s: %s" % (path, _gin_message(e))) from e
     for param in gin_params:
       try:
         gin.parse_config(param)
       except (ValueError, KeyError, TypeError, SyntaxError, ImportError) as e:
         raise errors.ConfigError("--gin_param %r: %s"
-                                 % (param, _gin_message(e)))
+                                 % (param, _gin_message(e))) from e
   from mtf_talking_heads.nn import gin_checks  # pylint: disable=g-import-not-at-top
   try:  # a misspelt macro, a binding nothing uses
     gin_checks.check_params(gin_params)
   except ValueError as e:
-    raise errors.ConfigError(str(e))
+    raise errors.ConfigError(str(e)) from e
 
 
 def _gin_message(e):
@@ -114,7 +115,7 @@ class Settings(object):
       except (ValueError, TypeError) as e:
         raise errors.ConfigError(
             "mesh_shape %r is not a mesh shape (%s): write it like 'model:8' "
-            "or 'batch:2,model:4'" % (raw_mesh, e))
+            "or 'batch:2,model:4'" % (raw_mesh, e)) from e
       if self.mesh_shape is None:
         raise errors.ConfigError(
             "mesh_shape is not set: bind utils.run.mesh_shape (or the "
@@ -128,8 +129,9 @@ class Settings(object):
     try:
       self.layout = mtf.convert_to_layout_rules(raw_layout or "")
     except (ValueError, TypeError) as e:
-      raise errors.ConfigError("layout %r is not a layout (%s): write it like "
-                               "'batch:batch,heads:model'" % (raw_layout, e))
+      raise errors.ConfigError(
+          "layout %r is not a layout (%s): write it like "
+          "'batch:batch,heads:model'" % (raw_layout, e)) from e
     self.layout_string = raw_layout
     self.batch_size = models.query("utils.run.batch_size")
     if isinstance(self.batch_size, (tuple, list)) and self.mesh_shape:

@@ -36,7 +36,8 @@ def get_provider(name, name_flag="MIXTURE_NAME"):
     raise errors.ConfigError(
         "%s %r is not a registered task or mixture; %s" % (
             name_flag, name, ("did you mean %s?" % " or ".join(close))
-            if close else "this package registers %s" % ", ".join(ours)))
+            if close else "this package registers %s" % ", ".join(ours))
+    ) from None
 
 
 def tfds_datasets(mixture_or_task_name, name_flag="MIXTURE_NAME"):

@@ -41,7 +41,8 @@ The package, one job per file:
   scaling.py     --scaling: held-out loss vs training FLOPs over recorded
                  sweeps of several sizes, fits, compute multipliers.
   job.py         Sweep = Plan + Runner + Reporter (+ Finetune).
-  lazy.py        progress.py (TensorFlow) imported at first use.
+  (runtime/run_files.py, outside experiments/: a run's train_log.csv,
+  eval_results.csv and checkpoints.)
 Importing the package imports no TensorFlow and no matplotlib.
 
 Example:
@@ -59,7 +60,6 @@ from mtf_talking_heads.experiments.sweep.grid import LABELS
 from mtf_talking_heads.experiments.sweep.grid import parse_grid
 from mtf_talking_heads.experiments.sweep.grid import parse_ties
 from mtf_talking_heads.experiments.sweep.job import Sweep
-from mtf_talking_heads.experiments.sweep.lazy import progress
 from mtf_talking_heads.experiments.sweep.plan import EARLY_FRACTION
 from mtf_talking_heads.experiments.sweep.plan import MANIFEST
 from mtf_talking_heads.experiments.sweep.plan import model_and_size
@@ -124,7 +124,6 @@ __all__ = [
     "plot_loss",
     "plot_step_time",
     "PLOTS",
-    "progress",
     "read_eval_results",
     "read_train_log",
     "Reporter",

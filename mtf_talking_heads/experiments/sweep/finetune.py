@@ -33,11 +33,11 @@ Mixtures:
 import csv
 import os
 
-from mtf_talking_heads.experiments import comparison
 from mtf_talking_heads.core import gin_text as gin_reader
-from mtf_talking_heads.experiments.sweep import lazy
+from mtf_talking_heads.experiments import comparison
 from mtf_talking_heads.experiments.sweep import results
 from mtf_talking_heads.experiments.sweep import rows as rows_lib
+from mtf_talking_heads.runtime import run_files
 
 FINETUNE_DIR = "finetune"
 DOWNSTREAM_MD = "downstream.md"
@@ -115,18 +115,6 @@ def read_downstream(model_dir):
   for r in rows:
     r["value"], r["step"] = float(r["value"]), int(r["step"])
   return rows
-
-
-def latest_checkpoint_step(model_dir):
-  """The step of <model_dir>/checkpoint's model_checkpoint_path, or None."""
-  path = os.path.join(model_dir, "checkpoint")
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    for line in f:
-      if line.startswith("model_checkpoint_path:"):
-        return int(line.split("-")[-1].strip().strip('"'))
-  return None
 
 
 class Finetune(object):
@@ -364,7 +352,7 @@ class Finetune(object):
     if any(r["step"] == self.total_steps
            for r in read_downstream(ft_dir)):
       return "done"
-    if latest_checkpoint_step(ft_dir) == self.total_steps:
+    if run_files.listed_latest_step(ft_dir) == self.total_steps:
       return "finetuned"
     return "todo"
 
@@ -374,7 +362,7 @@ class Finetune(object):
     commit carries a run's small files, not its checkpoints, to another
     machine."""
     return (self.stage_state(row, seed) == "todo"
-            and self.plan.train_steps not in lazy.checkpoints.checkpoint_steps(
+            and self.plan.train_steps not in run_files.checkpoint_steps(
                 self.plan.model_dir(row, seed)))
 
   def record(self, row, seed):

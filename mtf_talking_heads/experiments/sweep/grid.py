@@ -9,9 +9,9 @@ import itertools
 import json
 import re
 
-from mtf_talking_heads.estimate import costs
-from mtf_talking_heads.core import spec as spec_lib
 from mtf_talking_heads.core import gin_text as gin_reader
+from mtf_talking_heads.core import spec as spec_lib
+from mtf_talking_heads.estimate import costs
 from mtf_talking_heads.experiments.sweep import rows as rows_lib
 
 DIMS = rows_lib.DIMS

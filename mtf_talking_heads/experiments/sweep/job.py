@@ -4,8 +4,8 @@ Owns only the composition: `mtf_th sweep`, `mtf_th demo`, benchmarks/ and
 the tests build a Sweep(...) and call run(), dry_run_text(), summary() ...;
 the work is plan.py's, run.py's and report.py's.
 """
-from mtf_talking_heads.experiments.sweep import finetune as finetune_lib
 from mtf_talking_heads.core import gin_text as gin_reader
+from mtf_talking_heads.experiments.sweep import finetune as finetune_lib
 from mtf_talking_heads.experiments.sweep import plan as plan_lib
 from mtf_talking_heads.experiments.sweep import report
 from mtf_talking_heads.experiments.sweep import results

@@ -10,9 +10,9 @@ import collections
 import os
 import shlex
 
-from mtf_talking_heads.estimate import costs
 from mtf_talking_heads.core import gin_text as gin_reader
 from mtf_talking_heads.core import spec as spec_lib
+from mtf_talking_heads.estimate import costs
 from mtf_talking_heads.experiments.sweep import report
 from mtf_talking_heads.experiments.sweep import rows as rows_lib
 
@@ -88,7 +88,7 @@ def _int_list(text, name):
   try:
     values = [int(v) for v in str(text).split(",") if v.strip()]
   except ValueError:
-    raise ValueError("%s=%r: expected comma-separated integers" % (name, text))
+    raise ValueError("%s=%r: expected comma-separated integers" % (name, text)) from None
   return values
 
 

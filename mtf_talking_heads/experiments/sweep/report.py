@@ -9,13 +9,13 @@ import collections
 import math
 import os
 
-from mtf_talking_heads.experiments import comparison
 from mtf_talking_heads.core import spec as spec_lib
+from mtf_talking_heads.experiments import comparison
 from mtf_talking_heads.experiments.sweep import finetune
-from mtf_talking_heads.experiments.sweep import lazy
 from mtf_talking_heads.experiments.sweep import plots
 from mtf_talking_heads.experiments.sweep import results
 from mtf_talking_heads.experiments.sweep import rows as rows_lib
+from mtf_talking_heads.runtime import progress
 
 RESULTS_MD = "results.md"
 PLOTS = ("plot_heads.png", "plot_loss.png", "plot_step_time.png")
@@ -67,8 +67,8 @@ class Reporter(object):
               % (plan.table, title, plan.scale, plan.seeds,
                  "" if plan.seeds == 1 else "s", plan.train_steps,
                  runs, len(plan.rows) * plan.seeds,
-                 lazy.progress.format_seconds(wall),
-                 lazy.progress.format_seconds(cpu)))
+                 progress.format_seconds(wall),
+                 progress.format_seconds(cpu)))
     with open(path, "w") as f:
       f.write(header + self.markdown(summary))
     if plan.finetune:

@@ -2,14 +2,14 @@
 
 Owns results.csv (one line per finished run: RESULT_COLUMNS, then, in a
 sweep with --finetune, the fine-tuning stage's FINETUNE_COLUMNS, filled in
-by update_result when the stage ends) and the
-readers of the files that training writes into a run's directory
-(progress.py's train_log.csv and eval_results.csv).
+by update_result when the stage ends) and the sweep's views of the files
+that training writes into a run's directory (train_log.csv and
+eval_results.csv, read by runtime/run_files.py).
 """
 import csv
 import os
 
-from mtf_talking_heads.experiments.sweep import lazy
+from mtf_talking_heads.runtime import run_files
 
 RESULTS_CSV = "results.csv"
 RESULT_COLUMNS = (
@@ -92,11 +92,11 @@ def _rewrite(path, records):
 def read_train_log(model_dir):
   """[(step, loss, steps_per_sec)] from <model_dir>/train_log.csv."""
   return [(r["step"], r["loss"], r["steps_per_sec"])
-          for r in lazy.progress.read_train_log(model_dir)]
+          for r in run_files.read_train_log(model_dir)]
 
 
 def read_eval_results(model_dir, split="validation"):
   """{step: ln_ppl} of `split` from <model_dir>/eval_results.csv."""
   return {r["step"]: r["ln_ppl"]
-          for r in lazy.progress.read_eval_results(model_dir)
+          for r in run_files.read_eval_results(model_dir)
           if r["split"] == split}

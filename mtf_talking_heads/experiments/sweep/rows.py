@@ -8,9 +8,9 @@ import collections
 import os
 import re
 
-from mtf_talking_heads.estimate import costs
-from mtf_talking_heads.core import spec as spec_lib
 from mtf_talking_heads.core import gin_text as gin_reader
+from mtf_talking_heads.core import spec as spec_lib
+from mtf_talking_heads.estimate import costs
 
 EXPERIMENTS = "experiments"
 

@@ -5,8 +5,6 @@ one run's `mtf_th train` / `mtf_th eval` commands, the results.csv line it
 appends, progress lines with an ETA) and the time accounting of a run over
 its interrupted pieces (RUN_TIME in the run directory).
 """
-import csv
-import glob
 import json
 import os
 import resource
@@ -17,13 +15,14 @@ import subprocess
 import sys
 import time
 
-from mtf_talking_heads.runtime import cluster
 from mtf_talking_heads.experiments import comparison
-from mtf_talking_heads.runtime import dir_lock
-from mtf_talking_heads.experiments.sweep import lazy
 from mtf_talking_heads.experiments.sweep import plan as plan_lib
 from mtf_talking_heads.experiments.sweep import report
 from mtf_talking_heads.experiments.sweep import results
+from mtf_talking_heads.runtime import cluster
+from mtf_talking_heads.runtime import dir_lock
+from mtf_talking_heads.runtime import progress
+from mtf_talking_heads.runtime import run_files
 
 RUN_TIME = "sweep_time.json"
 POLL_SECS = 2
@@ -130,8 +129,8 @@ class Runner(object):
     busy = dir_lock.refusal(run.model_dir, "--model_dir")
     if busy:  # e.g. a `mtf_th train` started by hand into this run
       raise ValueError(busy)
-    if os.path.isdir(run.model_dir) and not glob.glob(
-        os.path.join(run.model_dir, "model.ckpt-*.index")):
+    if os.path.isdir(run.model_dir) and not run_files.checkpoint_prefixes(
+        run.model_dir):
       shutil.rmtree(run.model_dir)  # nothing to resume from (e.g. only the
       # small files a commit carried to another machine): start over
     os.makedirs(run.model_dir, exist_ok=True)
@@ -191,7 +190,7 @@ class Runner(object):
     which, with the command's exit status.  The command also gets SIGTERM
     if the sweep dies first (SIGKILL).
     """
-    seen = set(_eval_rows(model_dir))
+    seen = set(run_files.scan_eval_results(model_dir))
     last = time.time()
     try:
       while True:
@@ -199,7 +198,7 @@ class Runner(object):
           return proc.wait(timeout=POLL_SECS)
         except subprocess.TimeoutExpired:
           pass
-        evals = _eval_rows(model_dir)
+        evals = run_files.scan_eval_results(model_dir)
         for step in sorted(set(evals) - seen):
           self.say("    %s seed %d: ln(PPL) %.4f at step %d%s"
                    % (run.row.name, run.seed, evals[step], step,
@@ -260,7 +259,7 @@ class Runner(object):
         raise RuntimeError(
             "run %s seed %d: %s has no ln_ppl at step %d (has %s)"
             % (run.row.name, run.seed, os.path.join(
-                run.model_dir, lazy.progress.EVAL_RESULTS), step,
+                run.model_dir, run_files.EVAL_RESULTS), step,
                sorted(evals)))
       record[key] = evals[step]
     record["step_time_sec"] = comparison.median_step_time(run.model_dir)
@@ -315,7 +314,7 @@ class Runner(object):
                   run.seed, record["early_ln_ppl"], plan.eval_steps[0],
                   record["final_ln_ppl"], plan.eval_steps[-1],
                   record["step_time_sec"], record["wall_sec"],
-                  record["cpu_sec"], lazy.progress.format_seconds(eta)))
+                  record["cpu_sec"], progress.format_seconds(eta)))
       self.reporter.write_table()
       if plan.finetune:
         self._finetune_and_record(run)
@@ -374,37 +373,12 @@ class Runner(object):
     self.reporter.write_table()
 
 
-def _eval_rows(model_dir, split="validation"):
-  """{step: ln_ppl} in model_dir's eval_results.csv (a partial line skipped)."""
-  path = os.path.join(model_dir, "eval_results.csv")
-  out = {}
-  try:
-    with open(path) as f:
-      for r in csv.DictReader(f):
-        try:
-          if r["split"] == split:
-            out[int(r["step"])] = float(r["ln_ppl"])
-        except (KeyError, TypeError, ValueError):
-          continue
-  except OSError:
-    pass
-  return out
-
-
 def _train_progress(model_dir, train_steps, window=50):
   """"step S/N, loss L, R steps/s; ETA T for this run" from train_log.csv
   (the rate over its last `window` rows; None before the first row)."""
-  rows = []
-  try:
-    with open(os.path.join(model_dir, "train_log.csv")) as f:
-      for r in csv.DictReader(f):
-        try:
-          rows.append((int(r["step"]), float(r["loss"]),
-                       float(r["elapsed_sec"])))
-        except (KeyError, TypeError, ValueError):
-          continue
-  except OSError:
-    return None
+  rows = [(r["step"], r["loss"], r["elapsed_sec"])
+          for r in run_files.scan_train_log(model_dir)
+          if None not in (r["step"], r["loss"], r["elapsed_sec"])]
   if not rows:
     return None
   step, loss, elapsed = rows[-1]
@@ -414,7 +388,7 @@ def _train_progress(model_dir, train_steps, window=50):
   text = "step %d/%d, loss %.4f" % (step, train_steps, loss)
   if rate:
     text += ", %.2f steps/s; ETA %s for this run's training" % (
-        rate, lazy.progress.format_seconds((train_steps - step) / rate))
+        rate, progress.format_seconds((train_steps - step) / rate))
   return text
 
 

@@ -36,19 +36,18 @@ import json
 import math
 import os
 
-from mtf_talking_heads.experiments import comparison
 from mtf_talking_heads.core import spec as spec_lib
+from mtf_talking_heads.estimate import model as model_lib
+from mtf_talking_heads.experiments import comparison
 from mtf_talking_heads.experiments.sweep import plan as plan_lib
 from mtf_talking_heads.experiments.sweep import plots
 from mtf_talking_heads.experiments.sweep import results
 from mtf_talking_heads.experiments.sweep import rows as rows_lib
+from mtf_talking_heads.runtime import run_files
 
 BASELINE = spec_lib.MULTI_HEAD
 # seqio.ByteVocabulary (the *_bytes tasks): pad, eos, unk and the 256 bytes
 BYTE_VOCAB = 259
-# mtf's Unitransformer pads the vocabulary to a multiple of this
-# (models.VOCAB_DIVISOR; models.py imports TensorFlow, this module must not)
-VOCAB_DIVISOR = 128
 SCALING_PNG = "scaling.png"
 SCALING_MD = "scaling.md"
 SCALING_CSV = "scaling.csv"
@@ -68,15 +67,6 @@ FIT_COLUMNS = ("variant", "sizes", "a", "b")
 
 # ---------------------------------------------------------------------------
 # Training FLOPs from the gin files and results.csv.
-
-def padded_vocab(size):
-  """The vocabulary dim mtf computes with: `size` rounded up to VOCAB_DIVISOR.
-
-  >>> padded_vocab(BYTE_VOCAB)
-  384
-  """
-  return -(-size // VOCAB_DIVISOR) * VOCAB_DIVISOR
-
 
 def model_facts(config, where):
   """What the FLOPs of a decoder-only LM depend on, from its gin macros.
@@ -109,7 +99,7 @@ def model_facts(config, where):
                      ("d_ff", "d_ff")):
     facts[key] = rows_lib.positive_int(config.require(macro, where), macro,
                                        where)
-  facts["vocab"] = padded_vocab(BYTE_VOCAB)
+  facts["vocab"] = model_lib.padded_vocab(BYTE_VOCAB)
   return facts
 
 
@@ -208,7 +198,7 @@ class Size(object):
       raise ValueError("%s: row %s has results.csv lines but no evaluations "
                        "(runs/%s/seed_<n>/%s)" % (
                            self.path, self.rows[variant].name,
-                           self.rows[variant].name, comparison.EVAL_RESULTS))
+                           self.rows[variant].name, run_files.EVAL_RESULTS))
     steps = sorted(set.intersection(*[set(c.steps) for c in curves]))
     return [(step,) + comparison.mean_se([c.points[step] for c in curves])
             for step in steps]

@@ -18,7 +18,7 @@ its gradient function the original forward tensors, which the capture
 has made unusable ("Operation ... has unusable input ...softmax:0",
 mesh-tensorflow 0.1.21).  The ordered core of every strategy writes its
 talking-heads projections and softmax with custom gradients
-(sharding.project_heads, softmax_last), so RecomputeCore runs
+(kernels.project_heads, softmax_last), so RecomputeCore runs
 HeadsParallel(ordered=False): attention.attention_core, the paper's
 layout, plain mtf ops (its gradients equal the ordered core's to 2.4e-7
 in tests/test_plan.py).  The split strategies are refused.
@@ -29,11 +29,12 @@ gradients would not be those of the forward pass: the core refuses it.
 import gin
 import mesh_tensorflow as mtf
 
-from mtf_talking_heads.nn import sharding
+from mtf_talking_heads.nn.strategies import frame
+from mtf_talking_heads.nn.strategies import heads_parallel
 
 
 @gin.configurable(module="mtf_th")
-class RecomputeCore(sharding.Strategy):
+class RecomputeCore(frame.Strategy):
   """`strategy`'s core, recomputed in the backward pass.
 
   Args:
@@ -46,8 +47,8 @@ class RecomputeCore(sharding.Strategy):
   name = "recompute"
 
   def __init__(self, strategy=None):
-    strategy = strategy or sharding.HeadsParallel(ordered=False)
-    if type(strategy) is not sharding.HeadsParallel or strategy.ordered:  # pylint: disable=unidiomatic-typecheck
+    strategy = strategy or heads_parallel.HeadsParallel(ordered=False)
+    if type(strategy) is not heads_parallel.HeadsParallel or strategy.ordered:  # pylint: disable=unidiomatic-typecheck
       raise ValueError(
           "RecomputeCore.strategy: mtf.recompute_grad cannot recompute a "
           "core with custom gradients (%s); use HeadsParallel(ordered=False)"

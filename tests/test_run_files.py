@@ -1,0 +1,156 @@
+"""runtime/run_files.py: a run's files, read without TensorFlow as TF does.
+
+The `checkpoint` state file is parsed as protobuf's text_format.Merge parses
+a CheckpointState, and the listing (latest step, complete checkpoints) agrees
+with tf.train.get_checkpoint_state / latest_checkpoint on the same
+directories; the watchers' readers never write.
+"""
+import os
+
+from google.protobuf import text_format
+import pytest
+import tensorflow.compat.v1 as tf
+from tensorflow.python.checkpoint import checkpoint_management
+
+from mtf_talking_heads.runtime import run_files
+from mtf_talking_heads.training import checkpoints
+
+STATES = [
+    "", "\n", "# only a comment\n", "hello world",
+    'model_checkpoint_path: "model.ckpt-5"\n',
+    'model_checkpoint_path: "model.ckpt-5"\n'
+    'all_model_checkpoint_paths: "model.ckpt-3"\n'
+    'all_model_checkpoint_paths: "model.ckpt-5"\n'
+    "all_model_checkpoint_timestamps: 1.7e9\n"
+    "all_model_checkpoint_timestamps: 1.7e9\n"
+    "last_preserved_timestamp: 1.6e9\n",
+    "model_checkpoint_path: 'a' \"b\" ; "
+    "all_model_checkpoint_paths: [\"x\", 'y']",
+    'all_model_checkpoint_paths: "model.ckpt-5"\n',
+    'model_checkpoint_path: "a"\r\nmodel_checkpoint_path: "b"  # last\r\n',
+    'model_checkpoint_path "a"', 'model_checkpoint_path: "a',
+    "model_checkpoint_path: 5",
+    'model_checkpoint_path: "\\303\\251\\x4\\n"',
+    'model_checkpoint_path: "\\377"',
+    'model_checkpoint_path: "a", last_preserved_timestamp: -Infinity',
+    'model_checkpoint_path: "a" last_preserved_timestamp: nanf',
+    'model_checkpoint_path: "a" last_preserved_timestamp: "1"',
+    'model_checkpoint_path: "a" all_model_checkpoint_paths: []',
+    'model_checkpoint_path: "a" all_model_checkpoint_paths: ["x" "y",]',
+    'model_checkpoint_path: { }', '[ext]: 1', 'model_checkpoint_path: "a\\"',
+]
+
+
+def _tf_parse(text):
+  state = checkpoint_management.CheckpointState()
+  try:
+    text_format.Merge(text, state)
+  except text_format.ParseError:
+    return "ParseError"
+  return state.model_checkpoint_path, list(state.all_model_checkpoint_paths)
+
+
+@pytest.mark.parametrize("text", STATES)
+def test_state_file_parses_as_protobuf_parses_it(text):
+  try:
+    ours = run_files._parse_state(text)  # pylint: disable=protected-access
+  except ValueError:
+    ours = "ParseError"
+  assert ours == _tf_parse(text)
+
+
+def _old_latest_step(model_dir):
+  path = tf.train.latest_checkpoint(model_dir) if tf.io.gfile.exists(
+      model_dir) else None
+  return None if path is None else run_files.checkpoint_step(path)
+
+
+def _old_checkpoint_steps(model_dir):
+  """training/checkpoints.checkpoint_steps as it was, on tf.train."""
+  prefixes = set(p[:-len(".index")] for p in tf.io.gfile.glob(
+      os.path.join(model_dir, "model.ckpt-*.index")))
+  state = tf.train.get_checkpoint_state(model_dir)
+  for path in state.all_model_checkpoint_paths if state else ():
+    prefixes.add(path if os.path.isabs(path) else os.path.join(model_dir, path))
+  steps = []
+  for prefix in prefixes:
+    shards = tf.io.gfile.glob(prefix + ".data-*-of-*")
+    if (tf.io.gfile.exists(prefix + ".index") and shards and
+        len(shards) == int(shards[0].rsplit("-of-", 1)[1])):
+      steps.append(run_files.checkpoint_step(prefix))
+  return sorted(set(steps))
+
+
+def _outcome(fn, model_dir):
+  try:
+    return fn(model_dir)
+  except ValueError as e:
+    return str(e)
+
+
+def test_checkpoint_listing_agrees_with_tf_train(tmp_path):
+  saved = str(tmp_path / "saved")  # a real Saver: keeps the last 2 of 3
+  with tf.Graph().as_default():
+    tf.Variable(1.0)
+    saver = tf.train.Saver(max_to_keep=2)
+    with tf.Session() as session:
+      session.run(tf.global_variables_initializer())
+      for step in (1, 2, 3):
+        saver.save(session, os.path.join(saved, "model.ckpt"),
+                   global_step=step)
+  complete = ("model.ckpt-5.index", "model.ckpt-5.data-00000-of-00001")
+  dirs = {"saved": ((), None), "empty": ((), None),
+          "index_only": (("model.ckpt-5.index",), None),
+          "shard_missing": (("model.ckpt-9.index",
+                             "model.ckpt-9.data-00000-of-00002"), None),
+          "unlisted": (complete, None),
+          "listed": (complete, 'model_checkpoint_path: "model.ckpt-5"\n'
+                               'all_model_checkpoint_paths: "model.ckpt-5"\n'),
+          "listed_gone": ((), 'model_checkpoint_path: "model.ckpt-7"\n'),
+          "v1_file": (("model.ckpt-7",), 'model_checkpoint_path: '
+                                         '"model.ckpt-7"\n'),
+          "no_latest": (complete, 'all_model_checkpoint_paths: "x-5"\n'),
+          "empty_state": (complete, ""), "garbage": (complete, "hello")}
+  for name, (files, state) in dirs.items():
+    model_dir = tmp_path / name
+    model_dir.mkdir(exist_ok=True)
+    for f in files:
+      (model_dir / f).write_text("")
+    if state is not None:
+      (model_dir / "checkpoint").write_text(state)
+  dirs["absent"] = None
+  for name in dirs:
+    model_dir = str(tmp_path / name)
+    for old, new in ((_old_latest_step, checkpoints.latest_step),
+                     (_old_latest_step, run_files.latest_step),
+                     (_old_checkpoint_steps, checkpoints.checkpoint_steps),
+                     (_old_checkpoint_steps, run_files.checkpoint_steps)):
+      if name == "absent" and old is _old_checkpoint_steps:
+        assert new(model_dir) == []
+        continue
+      assert _outcome(new, model_dir) == _outcome(old, model_dir), (
+          name, new.__module__)
+  assert run_files.latest_step(saved) == 3
+  assert run_files.checkpoint_steps(saved) == [2, 3]
+  # the sweep's reading: the step named, whether or not its files are here
+  assert run_files.listed_latest_step(str(tmp_path / "listed_gone")) == 7
+  assert run_files.listed_latest_step(str(tmp_path / "empty_state")) is None
+  assert run_files.listed_latest_step(str(tmp_path / "absent")) is None
+
+
+def test_watchers_never_write_and_skip_a_cut_line(tmp_path):
+  log = ("step,loss,steps_per_sec,elapsed_sec\n1,2.5,1.5,0.7\n"
+         "2,2.4,2.0,1.2\n3,2.3,2.")
+  (tmp_path / "train_log.csv").write_text(log)
+  evals = "step,split,ln_ppl,tokens\n0,validation,9,10\n4,validation,2.5"
+  (tmp_path / "eval_results.csv").write_text(evals)
+  rows = run_files.scan_train_log(str(tmp_path))
+  assert [r["steps_per_sec"] for r in rows] == [1.5, 2.0, 2.0]
+  assert rows[-1]["elapsed_sec"] is None
+  assert run_files.scan_eval_results(str(tmp_path)) == {0: 9.0, 4: 2.5}
+  assert run_files.scan_eval_results(str(tmp_path), "test") == {}
+  assert (tmp_path / "train_log.csv").read_text() == log
+  assert (tmp_path / "eval_results.csv").read_text() == evals
+  assert run_files.scan_train_log(str(tmp_path / "none")) == []
+  # the owner's reader leaves out the cut line
+  assert [r["step"] for r in run_files.read_train_log(str(tmp_path))] == [1, 2]
