@@ -8,6 +8,7 @@ refusals that need no TensorFlow must not load it.
 import collections
 import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -106,6 +107,20 @@ def run(args, cwd=None, extra_env=None, timeout=600, user=None):
     probe = f.read()
   return Result(proc.returncode, proc.stdout, proc.stderr,
                 None if not probe else "tensorflow=True" in probe)
+
+
+def heavy_imports(argv, cwd=None):
+  """Runs `mtf_th ARGV` (or, with argv[0] == "-c", `python -c CODE`) under
+  PYTHONPROFILEIMPORTTIME; returns (CompletedProcess, the TensorFlow or
+  mesh_tensorflow modules it imported: [] for a light command)."""
+  command = ([sys.executable] + list(argv) if argv[0] == "-c"
+             else [MTF_TH] + list(argv))
+  proc = subprocess.run(command, cwd=cwd or REPO, capture_output=True,
+                        text=True, timeout=120,
+                        env=env({"PYTHONPROFILEIMPORTTIME": "1"}))
+  heavy = [l for l in proc.stderr.splitlines()
+           if re.search(r"\|\s+(tensorflow|mesh_tensorflow)(\.|$)", l)]
+  return proc, heavy
 
 
 def start(args, cwd=None, **popen_kwargs):

@@ -6,7 +6,7 @@
 * `Twins` runs two layers on the same X, so a paper identity (e.g. talking
   heads with identity projections == multi-head) can be checked in mtf.
 * `paper_weights` maps a layer's variables (our layouts) to the paper's
-  index order used by tests/reference.py.
+  index order used by tests/_reference.py.
 * `export` / `run` fetch recorded mtf tensors from a `harness.Harness`.
 """
 from mtf_talking_heads.core import compat  # noqa: F401  (before mesh_tensorflow)
@@ -111,7 +111,7 @@ def full_names(values, scope):
 
 
 def paper_weights(layer, v):
-  """The paper's weights (index order of tests/reference.py) of a layer.
+  """The paper's weights (index order of tests/_reference.py) of a layer.
 
   Args:
     layer: one of our layer objects (AttentionLayer or

@@ -34,7 +34,7 @@ PROG = "mtf_th comm"
 
 # The strategy names (estimate/strategy_table.py, what strategies.STRATEGIES
 # is built from) and comm.VARIANTS, from the TensorFlow-free modules
-# (tests/test_bad_inputs.py checks that they agree): --help and bad
+# (tests/commands/test_bad_inputs.py checks that they agree): --help and bad
 # arguments need no TensorFlow.
 STRATEGY_NAMES = strategy_table.NAMES
 VARIANTS = spec.SHARDED_VARIANTS

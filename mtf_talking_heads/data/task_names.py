@@ -5,7 +5,7 @@ downstream.py and t5.data.mixtures, which tasks.py imports), but that import
 needs TensorFlow (10-30 s).  commands/prechecks.task reads this file by path
 (it imports nothing, so the package's __init__ does not run) to refuse a
 misspelt `mtf_th eval --metrics --task NAME` in well under a second.
-tests/test_bad_inputs.py compares both tuples with seqio's registries after
+tests/commands/test_bad_inputs.py compares both tuples with seqio's registries after
 the real import: a task registered in data/ must be added to THIS_PACKAGE
 (and a t5 upgrade may change T5).
 """

@@ -3,7 +3,7 @@
 mtf_th.Auto (nn/strategies/auto.py) reads the mesh, layout, batch and
 lengths of the layer being built and applies what choose() returns here:
 every candidate that applies is priced with prices.predict (ring bytes
-per device, the formulas tests/test_auto.py checks against mtf's
+per device, the formulas tests/strategies/test_auto.py checks against mtf's
 counters), then planner.price_layer (those bytes over the hardware's
 network, plus the softmax a split strategy stops replicating; memory.py's
 step memory for the whole model, when the live gin describes one) and

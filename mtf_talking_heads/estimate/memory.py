@@ -58,7 +58,7 @@ within 20% of TensorFlow's allocator peak on CPU (benchmarks/memory.py,
 the median of 3 processes), of a training step (predict) and of an
 eval's forward pass (predict_forward, --forward).
 
-Example (the measured 2-layer talking-heads LM of tests/test_memory.py,
+Example (the measured 2-layer talking-heads LM of tests/estimate/test_memory.py,
 float32 on one CPU):
 
   >>> att = model_lib.make_attention("talking_heads", 4, 16, heads_k=4,

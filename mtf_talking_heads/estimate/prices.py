@@ -6,7 +6,7 @@ ring costs: docs/sharding.md's formulas ("The strategies, on paper"),
 written per tensor so that any heads layout is priced.  strategies.Auto ranks
 the strategies by it, `mtf_th comm --strategy auto` prints it, and
 step_time.py and the planner price a model's attention layer with it
-(attention_elements: the heads-parallel layout); tests/test_auto.py checks
+(attention_elements: the heads-parallel layout); tests/strategies/test_auto.py checks
 it against mtf's counters.  The strategy names are strategy_table's.  Pure
 Python: Layout answers mtf.LayoutRules' questions (which mesh axis a dim is
 on, an axis' size) from the parsed strings; mesh_layout.MeshLayout is a Layout
@@ -132,7 +132,7 @@ def attention_elements(strategy_name, spec, d_model, n, m, batch, model_axis,
     project logits: 4 (P-1)/P X + 2 (P-1)/P A_h; project weights the same
       with A_hv = b n m h_v (U = W P_w is all-reduced).
     grouped talking heads (groups:model): 4 (P-1)/P X, as multi-head.
-  (docs/sharding.md; `mtf_th comm` measures it, tests/test_perf_comm.py
+  (docs/sharding.md; `mtf_th comm` measures it, tests/measure/test_perf_comm.py
   checks it.)  Dynamic terms add no heads-parallel collective (R is split
   like J or U).
 
@@ -218,7 +218,7 @@ def ring_elements(strategy_name, dims, mesh_shape, layout, batch, length,
   ("The strategies, on paper"), written per tensor so that any heads
   layout is priced.  What every strategy sends alike (the data-parallel
   all-reduce of weight gradients over a batch axis, the rest of the model)
-  is left out, so predictions rank strategies; tests/test_auto.py checks
+  is left out, so predictions rank strategies; tests/strategies/test_auto.py checks
   that they differ from mtf's counters by one constant per configuration.
 
   Args:

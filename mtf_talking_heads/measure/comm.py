@@ -299,7 +299,7 @@ def predict(config, strategy_name, mesh_shape, layout=None):
 
   prices.ring_elements x 4, with the layout measure() uses
   (default_layout unless given, plus the strategy's rules).  It leaves out
-  what every strategy sends alike (tests/test_auto.py: measured minus
+  what every strategy sends alike (tests/strategies/test_auto.py: measured minus
   predicted is one constant per configuration).
   """
   _, layer, layout = _setup(config, strategy_name, mesh_shape, layout)

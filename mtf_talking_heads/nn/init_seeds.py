@@ -23,7 +23,7 @@ initializer) only: the same on every mesh, layout and strategy.  A floating
 variable created with initializer=None (mtf's relative_attention_bias),
 which TF would fill with its default glorot_uniform op, unseeded (and so
 follow the op counter), gets that same glorot_uniform distribution with the
-op seed variable_seed(name) (tests/test_init_seeds.py shows both).
+op seed variable_seed(name) (tests/nn/test_init_seeds.py shows both).
 
 Example:
   with tf.Graph().as_default():

@@ -6,8 +6,8 @@ n x m x heads tensors are heads-major ([batch, heads, n, m]), whose heads
 projections are batched matmuls with P-first gradients (project_heads) and
 whose softmax is one fused op (softmax_last).  Nothing here knows about
 meshes or layouts: a kernel takes mtf tensors and returns mtf tensors equal
-to attention.attention_core's (tests/test_kernel_ranks.py,
-tests/test_gradients.py, tests/test_sharded.py).
+to attention.attention_core's (tests/strategies/test_kernel_ranks.py,
+tests/nn/test_gradients.py, tests/strategies/test_sharded.py).
 
 Example (talking heads, h_k = h = h_v = 4, n = m = 8):
   o = ordered_core(q, k, v, memory_length, dims, p_l=p_l, p_w=p_w)

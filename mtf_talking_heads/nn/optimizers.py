@@ -25,7 +25,7 @@ LayerNorm's part).
 LAMB's trust ratio ||w|| / ||update|| is per variable ("per layer").  The
 norms are mtf reductions to a scalar, so on a mesh that splits a variable
 each device's partial sum of squares is all-reduced: the ratio is the one
-of the whole variable, never of a shard (tests/test_optimizers.py checks a
+of the whole variable, never of a shard (tests/nn/test_optimizers.py checks a
 variable split over 2 devices against NumPy).  Under mtf's autostacking
 (utils.run.autostack) the variables are stacked only after these ops are
 built; the ops still read each original variable through its own slice.

@@ -48,7 +48,7 @@ class Auto(frame.Strategy):
   Reads the mesh and layout the model was built for, the batch size and
   the lengths, and runs what auto_pricing.choose picks: it prices every
   candidate that applies with prices.ring_elements' formulas (which
-  tests/test_auto.py checks against mtf's counters) and, with the
+  tests/strategies/test_auto.py checks against mtf's counters) and, with the
   planner's predictors (planner.price_layer: those bytes over
   `hardware`'s network plus the softmax a split strategy stops
   replicating, step_time.py's; memory.py's step memory for the model gin

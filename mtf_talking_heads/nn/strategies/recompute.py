@@ -21,7 +21,7 @@ talking-heads projections and softmax with custom gradients
 (kernels.project_heads, softmax_last), so RecomputeCore runs
 HeadsParallel(ordered=False): attention.attention_core, the paper's
 layout, plain mtf ops (its gradients equal the ordered core's to 2.4e-7
-in tests/test_plan.py).  The split strategies are refused.
+in tests/estimate/test_plan.py).  The split strategies are refused.
 
 Dropout on the attention weights draws a new mask when recomputed, so the
 gradients would not be those of the forward pass: the core refuses it.
