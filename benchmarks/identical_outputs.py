@@ -155,13 +155,13 @@ def run(argv):
           b'--- stderr\n' + done.stderr)
 
 
-def main():
+def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   action = parser.add_mutually_exclusive_group(required=True)
   action.add_argument('--save', metavar='DIR')
   action.add_argument('--check', metavar='DIR')
   parser.add_argument('--skip_comm', action='store_true')
-  args = parser.parse_args()
+  args = parser.parse_args(argv)
   commands = (list(costs_commands()) + list(perf_commands()) +
               list(plan_commands()))
   if not args.skip_comm:

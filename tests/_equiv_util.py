@@ -1,4 +1,5 @@
-"""Helpers shared by test_reference, test_mtf_equivalence and test_gradients.
+"""Helpers shared by test_reference, test_mtf_equivalence, test_gradients,
+test_decode, test_strategies and test_sharded.
 
 * `Probe` wraps an attention layer inside a Unitransformer and records the
   mtf tensors it saw (its input X, after the layer norm, and its output Y),
@@ -79,6 +80,13 @@ class Twins(transformer.TransformerLayer):
   def scope(self, which):
     return "%s/Twins/%s/" % (self.name, which)
 
+
+
+def relative_error(got, want):
+  """max |got - want| / max |want| (shapes must agree), in float64."""
+  got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+  assert got.shape == want.shape
+  return np.abs(got - want).max() / max(np.abs(want).max(), 1e-12)
 
 def export(h, tensors):
   """tf tensors (float64) for mtf tensors {key: mtf.Tensor} of harness h."""

@@ -48,6 +48,7 @@ LONGEST_FIRST = (
     "test_cluster.py",
     "test_sweep.py",
     "test_bad_inputs.py",
+    "test_stop_signals.py",
     "test_finetune_chain.py",
     "test_experiments_train.py",
     "test_stock_t5.py",

@@ -2,21 +2,26 @@
 
 Every `import` and `from ... import` of every module counts, at the top of a
 file or inside a function (imports inside functions are how cycles and
-upward arrows hid before).  Pure ast, no module is imported: well under a
-second.  The rules:
+upward arrows hid before).  Pure ast (and estimate/strategy_table.py loaded
+by path, standard library only): well under a second.  The rules:
 
 * no import cycle among the package's modules;
-* packages import only the packages below them (ALLOWED);
+* packages import only the packages below them (ALLOWED; a package not
+  listed there fails until it is);
 * core/, runtime/ and estimate/ never import TensorFlow or its stack, not
   even inside a function (core/compat.py, the stack's mends, only inside
-  the hooks it installs); the light layers above them (the sweep, the
-  comparison, the commands) not at module level;
+  the hooks it installs); the light modules above them (the sweep, the
+  comparison, the commands) not at module level, nor any module of a
+  package that does (nn, data, measure, training, ...) at module level;
 * the top level holds only __init__.py, cli.py and commands/; no source
   file over 700 lines;
-* strategy names are listed once (estimate/strategy_table.py).
+* strategy names are listed once (estimate/strategy_table.py): no literal
+  collection of two names or more anywhere else in the package, benchmarks
+  or launch (the tests' expected values may name several).
 """
 import ast
 import collections
+import importlib.util
 import os
 import sys
 
@@ -27,18 +32,20 @@ HEAVY = ("tensorflow", "mesh_tensorflow", "t5", "seqio", "tensorflow_datasets",
          "tensorflow_text", "tensorflow_hub")
 # package -> the packages it may import (itself included).  "" is the
 # package's own __init__.py; cli and commands may import anything.
+# (docs/architecture.md draws the same arrows).
 ALLOWED = {
     "": {"core", "nn"},
     "core": {"core"},
     "runtime": {"core", "runtime"},
     "estimate": {"core", "estimate"},
-    "nn": {"core", "estimate", "runtime", "nn"},
+    "nn": {"core", "estimate", "nn"},
     "data": {"core", "data"},
-    "measure": {"core", "estimate", "runtime", "nn", "measure"},
-    "training": {"core", "estimate", "runtime", "nn", "data", "training"},
-    "experiments": {"core", "estimate", "runtime", "nn", "data", "training",
+    "measure": {"core", "estimate", "nn", "measure"},
+    "training": {"core", "runtime", "nn", "data", "training"},
+    "experiments": {"core", "runtime", "estimate", "data", "training",
                     "experiments"},
 }
+ANYTHING = ("cli", "commands")
 # Never TensorFlow, not even inside a function.
 NO_TENSORFLOW = ("core", "runtime", "estimate")
 # No TensorFlow at module level: what the light commands import.
@@ -150,9 +157,9 @@ def upward_imports():
   modules = _modules()
   bad = []
   for name, path in sorted(modules.items()):
-    allowed = ALLOWED.get(package_of(name))
-    if allowed is None:  # cli, commands
+    if package_of(name) in ANYTHING:
       continue
+    allowed = ALLOWED.get(package_of(name), set())
     for i in _all_imports(name, path):
       target = _resolve(i.name, modules)
       if target and target not in (name, PACKAGE):
@@ -168,13 +175,23 @@ def _heavy(i):
   return i.name.split(".")[0] in HEAVY
 
 
+def _light_target(module):
+  """Whether a light module may import `module` at module level."""
+  return any(_within(module, p) for p in NO_TENSORFLOW + LIGHT) or (
+      module == PACKAGE)
+
+
 def tensorflow_imports():
   """["estimate/x.py:3 tensorflow", ...] that break NO_TENSORFLOW / LIGHT."""
+  modules = _modules()
   bad = []
-  for name, path in sorted(_modules().items()):
+  for name, path in sorted(modules.items()):
     anywhere = any(_within(name, p) for p in NO_TENSORFLOW)
     light = any(_within(name, p) for p in LIGHT)
     for i in _all_imports(name, path):
+      ours = _resolve(i.name, modules)
+      if light and not i.in_function and ours and not _light_target(ours):
+        bad.append("%s:%d %s" % (os.path.relpath(path, ROOT), i.line, ours))
       if not _heavy(i):
         continue
       if (anywhere and not (name == MENDS and i.in_function)) or (
@@ -185,12 +202,22 @@ def tensorflow_imports():
 
 
 def _strategy_names():
-  sys.path.insert(0, ROOT)
-  try:
-    from mtf_talking_heads.estimate import strategy_table  # pylint: disable=g-import-not-at-top
-  finally:
-    sys.path.remove(ROOT)
-  return set(strategy_table.NAMES)
+  """strategy_table.NAMES, the module loaded by path (no package import)."""
+  spec = importlib.util.spec_from_file_location(
+      "_strategy_table", os.path.join(ROOT, PACKAGE, "estimate",
+                                      "strategy_table.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return set(module.NAMES)
+
+
+def _sources():
+  """Every .py file of the package, the tests, benchmarks and launch."""
+  for directory in (PACKAGE, "tests", "benchmarks", "launch"):
+    for root, _, files in os.walk(os.path.join(ROOT, directory)):
+      for f in sorted(files):
+        if f.endswith(".py"):
+          yield os.path.join(root, f)
 
 
 def strategy_name_lists():
@@ -199,8 +226,8 @@ def strategy_name_lists():
   names = _strategy_names()
   table = os.path.join(ROOT, PACKAGE, "estimate", "strategy_table.py")
   bad = []
-  for _, path in sorted(_modules().items()):
-    if path == table:
+  for path in sorted(_sources()):
+    if path == table or os.path.relpath(path, ROOT).startswith("tests"):
       continue
     with open(path) as f:
       tree = ast.parse(f.read())
@@ -285,16 +312,35 @@ def test_top_level_holds_only_the_cli():
 
 def test_no_source_file_over_700_lines():
   long_files = []
-  for directory in (PACKAGE, "tests", "benchmarks", "launch"):
-    for root, _, files in os.walk(os.path.join(ROOT, directory)):
-      for f in files:
-        if f.endswith(".py") and directory == PACKAGE:
-          path = os.path.join(root, f)
-          with open(path) as lines:
-            n = sum(1 for _ in lines)
-          if n > MAX_LINES:
-            long_files.append("%s: %d" % (os.path.relpath(path, ROOT), n))
+  for path in _sources():
+    with open(path) as lines:
+      n = sum(1 for _ in lines)
+    if n > MAX_LINES:
+      long_files.append("%s: %d" % (os.path.relpath(path, ROOT), n))
   assert long_files == []
+
+
+def _gin_include_heads():
+  """The first folder of every gin include path a user may write: this
+  repository's gin/ folders and t5's (found without importing t5)."""
+  heads = set()
+  t5 = importlib.util.find_spec("t5")
+  for gin_dir in (os.path.join(ROOT, "gin"), os.path.join(
+      os.path.dirname(t5.origin), "models", "gin")):
+    heads.update(d for d in os.listdir(gin_dir)
+                 if os.path.isdir(os.path.join(gin_dir, d)))
+  return heads
+
+
+def test_no_test_folder_is_named_like_a_gin_include_folder():
+  # tests/ is on sys.path under pytest, so tests/<name>/ is a namespace
+  # package `name`; gin resolves `include 'name/x.gin'` by
+  # importlib.util.find_spec(name) first and fails on a namespace package
+  # (no origin: "expected str, bytes or os.PathLike object, not NoneType").
+  folders = {d for d in os.listdir(os.path.join(ROOT, "tests"))
+             if os.path.isdir(os.path.join(ROOT, "tests", d))}
+  assert "experiments" in _gin_include_heads()
+  assert folders & _gin_include_heads() == set()
 
 
 def test_strategy_names_are_listed_once():

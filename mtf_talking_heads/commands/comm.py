@@ -33,9 +33,9 @@ from mtf_talking_heads.estimate import strategy_table
 PROG = "mtf_th comm"
 
 # The strategy names (estimate/strategy_table.py, what strategies.STRATEGIES
-# is built from) and comm.VARIANTS, from the TensorFlow-free modules
-# (tests/commands/test_bad_inputs.py checks that they agree): --help and bad
-# arguments need no TensorFlow.
+# is built from) and the variants comm measures (spec.SHARDED_VARIANTS, as
+# measure/comm.py's VARIANTS), from the TensorFlow-free modules: --help and
+# bad arguments need no TensorFlow.
 STRATEGY_NAMES = strategy_table.NAMES
 VARIANTS = spec.SHARDED_VARIANTS
 

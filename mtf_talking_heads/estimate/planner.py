@@ -88,7 +88,9 @@ def applies(strategy, att, b, n, p):
     return b % p == 0
   if needs == "length":
     return n % p == 0
-  assert needs == "batch_query", needs
+  if needs != "batch_query":
+    raise ValueError("strategy %r: unknown need %r in strategy_table"
+                     % (strategy, needs))
   return n % prices.batch_query_factors(
       prices.Layout("model:%d" % p, ""), "model", b)[1] == 0
 

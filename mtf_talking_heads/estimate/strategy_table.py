@@ -50,10 +50,3 @@ NAMES = tuple(ROWS)
 AUTO_CANDIDATES = (HEADS_PARALLEL, "batch_split_gathered", "batch_split",
                    "batch_query_split", "query_split", "query_split_allgather")
 
-
-def row(name):
-  """The Row of `name`, or ValueError naming the choices."""
-  if name not in ROWS:
-    raise ValueError("strategy: unknown %r; choose from %s"
-                     % (name, ", ".join(NAMES)))
-  return ROWS[name]

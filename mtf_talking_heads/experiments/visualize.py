@@ -34,6 +34,8 @@ import os
 
 import numpy as np
 
+from mtf_talking_heads.runtime import run_files
+
 # Variable-name leaf of each talking-heads projection (layers.py).
 P_L, P_W = "p_l", "p_w"
 MATRICES = ("P_l", "P_w", "P_l x P_w")
@@ -67,7 +69,7 @@ def latest_checkpoint(model_dir, flag="--model_dir"):
   """
   import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
   if os.path.isdir(model_dir):
-    path = tf.train.latest_checkpoint(model_dir)
+    path = run_files.latest_checkpoint(model_dir)
     if path is None:
       raise ValueError(
           "%s %s has no checkpoint (no 'checkpoint' file naming a "

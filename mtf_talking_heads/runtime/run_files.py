@@ -255,7 +255,9 @@ def _parse_state(text):
 def checkpoint_state(model_dir, files=LOCAL):
   """The checkpoints <model_dir>/checkpoint lists.
 
-  As tf.train.get_checkpoint_state reads them (the same lines logged).
+  As tf.train.get_checkpoint_state reads them: the same answers, and a
+  warning at the same level where TF logs one (its parse error's wording
+  and exception names differ: this parser is not protobuf's).
 
   Returns:
     CheckpointState(latest, paths), relative paths joined to model_dir; None

@@ -134,6 +134,12 @@ class _GFileOps(object):
 _GFILE = _GFileOps()
 
 
+def latest_checkpoint(model_dir):
+  """The latest checkpoint's prefix in model_dir if its files are there, else
+  None (what tf.train.latest_checkpoint answers)."""
+  return run_files.latest_checkpoint(model_dir, _GFILE)
+
+
 def latest_step(model_dir):
   """Global step of the latest checkpoint in model_dir, or None."""
   return run_files.latest_step(model_dir, _GFILE)

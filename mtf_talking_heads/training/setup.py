@@ -86,9 +86,10 @@ def prepare(what, model_dir, gin_files=(), gin_params=(), tpu=None,
     checkpoints.check_checkpoint_matches([found[0][1]], settings,
                                          "--pretrained_model_dir",
                                          missing_ok=True)
-  if checkpoints.latest_step(model_dir) is not None:
-    checkpoints.check_checkpoint_matches(
-        [tf.train.latest_checkpoint(model_dir)], settings)
+  latest = (checkpoints.latest_checkpoint(model_dir)
+            if tf.io.gfile.exists(model_dir) else None)
+  if latest is not None:
+    checkpoints.check_checkpoint_matches([latest], settings)
   estimator_lib.check_tpu(tpu, tpu_zone, gcp_project)
   tf.io.gfile.makedirs(model_dir)
   return Prepared(settings, description, found)

@@ -9,27 +9,20 @@ what an idle machine's wall time is, whatever the load of the test run).
 The cases that need TensorFlow (AFTER_TF: gin's parse, the checkpoint's
 shapes, launch/tpu.py's pre-flight, a --module_import's tasks) run in one
 subprocess that calls each command's main().  The layout-typo cases are
-tests/core/test_layout_refusals.py's.  Ctrl-C during `mtf_th sweep` and
-`mtf_th demo` is tested with SIGINT sent to the real processes while
-their child run is under way, and a sweep also with a terminal's Ctrl-C
-pressed twice (SIGINT to its process group) and with `kill PID` (SIGTERM)
-in the background (slow).
+tests/core/test_layout_refusals.py's; stopping a command (Ctrl-C,
+SIGTERM): tests/commands/test_stop_signals.py.
 """
-import collections
 import glob
 import json
 import os
 import shutil
 import resource
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 import _cli_util
-from mtf_talking_heads.commands import comm as comm_command
 from mtf_talking_heads.commands import prechecks
 from mtf_talking_heads.experiments.sweep import run as run_lib
 
@@ -421,13 +414,6 @@ def test_comm_help_needs_no_tensorflow():
   assert result.tensorflow is False
 
 
-def test_comm_names_agree_with_sharding_and_comm():
-  from mtf_talking_heads.measure import comm  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.nn import strategies  # pylint: disable=g-import-not-at-top
-  assert comm_command.STRATEGY_NAMES == tuple(strategies.STRATEGIES)
-  assert comm_command.VARIANTS == tuple(comm.VARIANTS)
-
-
 def test_train_prints_the_model_size_first(after_tf):
   """The first lines of train (here: a run already at its last step)."""
   result = after_tf["model_size"]
@@ -519,188 +505,6 @@ def test_sweep_progress_lines_have_the_runs_eta(tmp_path, monkeypatch):
   assert evals == ["    04_talking_heads_8 seed 1: ln(PPL) 4.2500 at step 10;"
                    " step 10/40, loss 4.0000, 2.00 steps/s; ETA 15s for this "
                    "run's training"]
-
-
-# Ctrl-C tests: runs far too long to finish (tiny steps).  The sweep is
-# interrupted once its child `mtf_th train` has saved checkpoint 0 (mid-run:
-# training under way); the demo, which runs the same
-# sweep code, as soon as its child run holds the run's lock (TensorFlow
-# loaded, the graph being built: ~35 s sooner), which is where a Ctrl-C
-# lands when it comes early.
-LONG = ["--scale", "tiny", "--train_steps", "100000"]
-
-
-def _saved_a_checkpoint(model_dir):
-  """True once <model_dir>/checkpoint lists checkpoint 0 (written after its
-  data and index): training under way."""
-  return os.path.exists(os.path.join(model_dir, "checkpoint"))
-
-
-def _holds_the_lock(model_dir):
-  """True once the run's `mtf_th train` holds <model_dir>/mtf_th.lock."""
-  return os.path.exists(os.path.join(model_dir, "mtf_th.lock"))
-
-
-# How a user stops a command (`times` signals 0.2 s apart), and the statuses
-# of the command and (in a sweep) of its run, which has a process group of
-# its own: the sweep passes the stop on to it, once, as SIGTERM.
-Stop = collections.namedtuple("Stop", ["signal", "times", "to_group",
-                                       "sigint_ignored", "status",
-                                       "run_status"])
-STOPS = {
-    # `kill -INT PID`
-    "kill_INT": Stop(signal.SIGINT, 1, False, False, 130, 143),
-    # an impatient terminal's Ctrl-C, twice (to the foreground process group)
-    "terminal_ctrl_c_twice": Stop(signal.SIGINT, 2, True, False, 130, 143),
-    # `kill PID` of a background command (SIGINT ignored, as a shell without
-    # job control, e.g. a script's `mtf_th sweep ... &`, starts it)
-    "kill_background": Stop(signal.SIGTERM, 1, False, True, 143, 143),
-}
-
-
-# A command that stops where it has no handler of its own (`mtf_th costs`,
-# a sweep's --dry_run): `main` sends SIG (argv[1]) to itself TIMES times.
-_SIGNALS_TO_ITSELF = r"""
-import os, signal, sys, time
-import mtf_talking_heads_startup
-mtf_talking_heads_startup.LIGHT_PACKAGE_IMPORT = True  # no TensorFlow
-from mtf_talking_heads import cli
-sig, times = getattr(signal, sys.argv[1]), int(sys.argv[2])
-def main(argv):
-  try:
-    os.kill(os.getpid(), sig)
-    time.sleep(30)
-  except KeyboardInterrupt:
-    for _ in range(times - 1):  # while stopping
-      os.kill(os.getpid(), sig)
-      time.sleep(0.1)
-      print("still stopping", file=sys.stderr, flush=True)
-    raise
-cli.main = main
-code = cli.console(["costs"])
-# exiting: ignored after one signal (Python's exit would restore the
-# default action), the default action after two
-exiting = signal.SIG_IGN if times == 1 else signal.SIG_DFL
-assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)] == [
-    exiting, exiting]
-sys.exit(code)
-"""
-
-
-@pytest.mark.parametrize("sig, times, status, stderr", [
-    ("SIGINT", 1, 130, "mtf_th costs: interrupted\n"),
-    ("SIGTERM", 2, 143, "still stopping\nmtf_th costs: interrupted\n"),
-    ("SIGINT", 3, -signal.SIGINT, "still stopping\n"),
-])
-def test_stop_anywhere_is_one_line_and_a_third_signal_kills(sig, times,
-                                                             status, stderr):
-  """A stop outside a command's own handler: one line, 130 or 143, no
-  traceback; a second signal while stopping is ignored, a third kills."""
-  proc = subprocess.run(
-      [sys.executable, "-c", _SIGNALS_TO_ITSELF, sig, str(times)],
-      cwd=_cli_util.REPO, env=_cli_util.env(), capture_output=True,
-      text=True, timeout=120,
-      preexec_fn=lambda: _cli_util.set_stop_signals(signal.SIG_DFL))
-  assert (proc.returncode, proc.stderr) == (status, stderr)
-
-
-def _stop_command(argv, cwd, ready, stop="kill_INT"):
-  """Starts `mtf_th ARGV` in a new session, stops it as STOPS[stop] says
-  once ready(); its stderr."""
-  how = STOPS[stop]
-
-  def preexec():
-    _cli_util.set_stop_signals(signal.SIG_DFL)
-    if how.sigint_ignored:
-      signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-  proc = _cli_util.start(argv, cwd=cwd, start_new_session=True,
-                         preexec_fn=preexec)
-  try:
-    _cli_util.wait_until(ready, proc, timeout=900, poll_secs=0.1)
-    for i in range(how.times):
-      time.sleep(0.2 * bool(i))
-      if how.to_group:
-        os.killpg(proc.pid, how.signal)
-      else:
-        proc.send_signal(how.signal)
-    _, err = proc.communicate(timeout=300)
-  finally:  # a failed wait leaves no sweep (nor, through it, a run) behind
-    if proc.poll() is None:
-      os.killpg(proc.pid, signal.SIGKILL)
-      proc.wait()
-  assert proc.returncode == how.status, err
-  return err
-
-
-def _assert_nothing_half_written(output_dir, model_dir, mid_run,
-                                 stop="kill_INT"):
-  """The interrupted run: its own Ctrl-C line, whole CSV rows, every
-  checkpoint the `checkpoint` file lists complete (and, `mid_run`, at least
-  one), no temporary or lock file, and no run recorded in results.csv."""
-  with open(os.path.join(model_dir, "sweep.log")) as f:
-    text = f.read()
-  # the sweep waited for the run, which stopped with its own line
-  assert text.endswith("# interrupted: the command was sent SIGTERM; exit "
-                       "status %d\n" % STOPS[stop].run_status), text[-500:]
-  assert "Traceback" not in text, text
-  assert "mtf_th train: interrupted" in text
-  log = os.path.join(model_dir, "train_log.csv")
-  if mid_run or os.path.exists(log):
-    with open(log) as f:
-      text = f.read()
-    assert text.endswith("\n")
-    assert all(len(l.split(",")) == 4 for l in text.splitlines())
-  prefixes = []
-  if mid_run or os.path.exists(os.path.join(model_dir, "checkpoint")):
-    with open(os.path.join(model_dir, "checkpoint")) as f:
-      prefixes = [l.split('"')[1] for l in f.read().splitlines()
-                  if l.startswith("all_model_checkpoint_paths")]
-  assert prefixes or not mid_run
-  for prefix in prefixes:
-    path = os.path.join(model_dir, prefix)
-    assert os.path.exists(path + ".index"), path
-    shards = glob.glob(path + ".data-*-of-*")
-    assert shards and len(shards) == int(shards[0].rsplit("-of-", 1)[1])
-  for root, dirs, files in os.walk(output_dir):
-    for name in dirs + files:
-      assert "_temp" not in name and not name.endswith(".tmp"), name
-      assert name != "mtf_th.lock", os.path.join(root, name)
-  results = os.path.join(output_dir, "results.csv")
-  if os.path.exists(results):
-    with open(results) as f:
-      assert len(f.read().splitlines()) <= 1  # the header at most
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("stop", sorted(STOPS))
-def test_stopped_sweep_says_one_line_and_130_or_143(tmp_path, stop):
-  out_dir = str(tmp_path / "sweep")
-  argv = ["sweep", "--paper_table", "lm_heads", "--rows", "5"] + LONG + [
-      "--eval_steps", "50000,100000", "--output_dir", out_dir]
-  model_dir = os.path.join(out_dir, "runs", "05_talking_heads_4_32", "seed_1")
-  err = _stop_command(argv, str(tmp_path),
-                      lambda: _saved_a_checkpoint(model_dir), stop)
-  lines = err.splitlines()
-  assert len(lines) == 1, err
-  assert lines[0].startswith("mtf_th sweep: interrupted; 0 of 1 runs are "
-                             "recorded in ")
-  assert lines[0].endswith("resume with: mtf_th " + " ".join(argv))
-  _assert_nothing_half_written(out_dir, model_dir, mid_run=True, stop=stop)
-
-
-@pytest.mark.slow
-def test_ctrl_c_in_demo_is_one_line_and_130(tmp_path):
-  out_dir = str(tmp_path / "demo")
-  argv = ["demo"] + LONG + ["--eval_every", "50000", "--output_dir", out_dir]
-  model_dir = os.path.join(out_dir, "runs", "02_multi_head_8_16", "seed_1")
-  err = _stop_command(argv, str(tmp_path), lambda: _holds_the_lock(model_dir))
-  *progress, last = err.splitlines()  # the demo's progress, then Ctrl-C's
-  assert progress[0].startswith("[demo] "), err
-  assert not any("Traceback" in l or "error" in l for l in progress), err
-  assert last.startswith("mtf_th demo: interrupted; 0 of 2 runs finished")
-  assert last.endswith("resume with: mtf_th " + " ".join(argv))
-  _assert_nothing_half_written(out_dir, model_dir, mid_run=False)
 
 
 def test_every_shipped_gin_files_mixture_name_passes(tmp_path):

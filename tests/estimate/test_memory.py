@@ -236,3 +236,12 @@ def test_recompute_core_gradients_equal_the_core_it_recomputes():
   with pytest.raises(ValueError, match="cannot recompute a core with "
                      "custom gradients"):
     strategies.RecomputeCore(strategies.BatchSplit())
+
+
+def test_every_modelled_optimizer_is_priced_and_read():
+  # model.OPTIMIZERS is checked by make_model; step time and memory price
+  # each one, and the gin reader maps mtf's optimizer classes onto them
+  from mtf_talking_heads.estimate import step_time  # pylint: disable=g-import-not-at-top
+  names = set(model_lib.OPTIMIZERS)
+  assert names == set(step_time.OPTIMIZER_PASSES) == set(
+      memory.OPTIMIZER_SLOTS) == set(model_lib._OPTIMIZER_CLASSES.values())  # pylint: disable=protected-access

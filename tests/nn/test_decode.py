@@ -29,6 +29,7 @@ from mesh_tensorflow.transformer import transformer_layers
 import numpy as np
 import pytest
 
+from _equiv_util import relative_error
 import _decode_util
 from mtf_talking_heads.nn import layers
 
@@ -76,10 +77,6 @@ VARIANTS = {
 }
 
 
-def _relative_error(got, want):
-  return np.abs(got - want).max() / max(np.abs(want).max(), 1e-12)
-
-
 def _check(run):
   """The three checks of the module docstring; returns the decoded ids."""
   r = run.results
@@ -87,8 +84,8 @@ def _check(run):
   np.testing.assert_array_equal(decoded,
                                 r["forced_on_decoded"].argmax(-1))
   forced, p = r["forced"], run.prefix
-  assert _relative_error(r["stepped"], forced) <= LOGITS_TOL
-  assert _relative_error(r["first_part"][:, :p], forced[:, :p]) <= LOGITS_TOL
+  assert relative_error(r["stepped"], forced) <= LOGITS_TOL
+  assert relative_error(r["first_part"][:, :p], forced[:, :p]) <= LOGITS_TOL
   return decoded
 
 
@@ -120,7 +117,7 @@ def test_encoder_attention_in_bitransformer(variant):
   # the encoder output matters: at position 0 both rows read token 0, so
   # their logits differ only through the (different) encoder inputs
   forced = run.results["forced"]
-  assert _relative_error(forced[0, 0], forced[1, 0]) > 1e-3
+  assert relative_error(forced[0, 0], forced[1, 0]) > 1e-3
 
 
 def test_mtf_talking_heads_m2l_breaks_incremental_decoding():
@@ -132,10 +129,10 @@ def test_mtf_talking_heads_m2l_breaks_incremental_decoding():
   r = run.results
   forced, stepped = r["forced"], r["stepped"]
   # teacher forcing and "first_part" agree (no cache involved) ...
-  assert _relative_error(r["first_part"][:, :run.prefix],
+  assert relative_error(r["first_part"][:, :run.prefix],
                          forced[:, :run.prefix]) <= LOGITS_TOL
   # ... and so does the first incremental step, whose memory is itself ...
-  assert _relative_error(stepped[:, 0], forced[:, 0]) <= LOGITS_TOL
+  assert relative_error(stepped[:, 0], forced[:, 0]) <= LOGITS_TOL
   # ... but every later step differs: R_Ml comes from the wrong position.
   for position in range(1, run.length):
-    assert _relative_error(stepped[:, position], forced[:, position]) > 1e-2
+    assert relative_error(stepped[:, position], forced[:, position]) > 1e-2

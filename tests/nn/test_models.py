@@ -223,3 +223,20 @@ def test_bert_and_albert(reports):
   layer = [l for l in last["stacks"]["transformer"] if "params" in l][0]
   assert layer["params"] == costs.attention_costs(
       "talking_heads", 768, 768, 768, 1, 1, 768, 512)["params"]
+
+
+def test_gin_imports_of_module_paths_before_the_split_still_work():
+  # model_dirs trained before the package was split by job have
+  # `import mtf_talking_heads.layers` in their operative_config.gin
+  import gin  # pylint: disable=g-import-not-at-top
+  import mtf_talking_heads  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.nn import layers  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.nn import optimizers  # pylint: disable=g-import-not-at-top
+  with gin.unlock_config():
+    gin.parse_config("import mtf_talking_heads.layers\n"
+                     "import mtf_talking_heads.optimizers")
+  assert sys.modules["mtf_talking_heads.layers"] is layers
+  assert sys.modules["mtf_talking_heads.optimizers"] is optimizers
+  assert set(mtf_talking_heads.MOVED_MODULES) == {
+      "mtf_talking_heads." + m
+      for m in ("layers", "optimizers", "models", "attention")}

@@ -30,6 +30,7 @@ from mtf_talking_heads.commands import comm as comm_command
 from mtf_talking_heads.estimate import auto_pricing
 from mtf_talking_heads.estimate import model as model_lib
 from mtf_talking_heads.estimate import planner
+from mtf_talking_heads.estimate import strategy_table
 from mtf_talking_heads.measure import comm
 from mtf_talking_heads.measure import harness
 from mtf_talking_heads.nn import layers
@@ -263,3 +264,11 @@ def test_auto_reads_the_model_from_the_parsed_gin_files():
       gin.clear_config()
     harness.parse_mtf_defaults.done = False
   assert live_gin.model_from_live_gin(32128) is None  # nothing parsed
+
+
+def test_each_registered_strategy_answers_to_its_table_name():
+  assert tuple(strategies.STRATEGIES) == strategy_table.NAMES
+  for name, make in strategies.STRATEGIES.items():
+    assert make().name == name
+    assert type(make()).__name__ == strategy_table.ROWS[name].gin_class
+  assert strategies.make_strategy("auto").name == strategy_table.AUTO

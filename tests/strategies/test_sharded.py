@@ -23,12 +23,12 @@ layout; no graph).  The runs are marked slow; the cases in FAST run in
 """
 import mtf_talking_heads  # noqa: F401  (first: mends mtf's imports)
 from mesh_tensorflow.transformer import transformer_layers
-import numpy as np
 import pytest
 
 from mtf_talking_heads.measure import harness
 from mtf_talking_heads.nn import layers
 from mtf_talking_heads.nn import validation
+from _equiv_util import relative_error
 import _strategy_util as su
 
 D_MODEL, D_FF, VOCAB, PADDED_VOCAB, BATCH, LENGTH = 16, 32, 32, 128, 4, 8
@@ -135,12 +135,6 @@ def references():
   return _References()
 
 
-def _relative_error(got, want):
-  got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-  assert got.shape == want.shape
-  return np.abs(got - want).max() / max(np.abs(want).max(), 1e-12)
-
-
 def _checked_layout(model, dim, mesh):
   """(mesh_shape, layout) splitting `dim` on "model", which the
   pre-graph checks accept."""
@@ -179,10 +173,10 @@ def test_sharded_equals_unsharded(references, model, dim, mesh):
   assert any(k.startswith(("allreduce", "allconcat", "alltoall")) and v > 0
              for k, v in counters.items()), counters
   assert sorted(got) == sorted(want)
-  errors = {k: _relative_error(got[k], want[k]) for k in want}
+  errors = {k: relative_error(got[k], want[k]) for k in want}
   assert any(k.startswith("grad:") for k in errors)
   bad = {k: e for k, e in errors.items() if not e <= TOL}
   assert not bad, "sharded differs from unsharded: %s" % bad
   # the step changed the weights (so "after" compares something new)
-  assert any(_relative_error(want["after:" + k], v) > 1e-4
+  assert any(relative_error(want["after:" + k], v) > 1e-4
              for k, v in initial.items())

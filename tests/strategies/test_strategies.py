@@ -43,6 +43,7 @@ from mtf_talking_heads.measure import harness
 from mtf_talking_heads.nn import attention
 from mtf_talking_heads.nn import layers
 from mtf_talking_heads.nn import strategies
+from _equiv_util import relative_error
 import _strategy_util as su
 
 D_MODEL, VOCAB, BATCH, LENGTH = su.D_MODEL, su.VOCAB, su.BATCH, su.LENGTH
@@ -122,12 +123,6 @@ def _run(run):
   after = run.session.run(dict(run.variables, **run.outputs))
   out.update({"after:" + k: v for k, v in after.items()})
   return out
-
-
-def _relative_error(got, want):
-  got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-  assert got.shape == want.shape
-  return np.abs(got - want).max() / max(np.abs(want).max(), 1e-12)
 
 
 @pytest.fixture(scope="module")
@@ -213,10 +208,10 @@ def _check_sharded(references, model, strategy_name, mesh, batch):
   finally:
     run.close()
 
-  errors = {k: _relative_error(got[k], want[k]) for k in want}
+  errors = {k: relative_error(got[k], want[k]) for k in want}
   bad = {k: e for k, e in errors.items() if not e <= TOL}
   assert not bad, "sharded differs from unsharded: %s" % bad
-  assert any(_relative_error(want["after:" + k], v) > 1e-4
+  assert any(relative_error(want["after:" + k], v) > 1e-4
              for k, v in initial.items())  # the step changed the weights
   if strategy_name != "heads_parallel":
     # the core really moved: heads-split -> S-split all-to-alls, and every

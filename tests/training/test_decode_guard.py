@@ -3,7 +3,7 @@
 Both go through training.decoding.load_for_decoding; these tests stand in
 for the checkpoint (no training) so that only the checks run.  A plain LM
 (model_type lm) is refused; the same model fine-tuned text-to-text
-(delimited_lm) decodes (tests/experiments/test_finetune_chain.py runs it).
+(delimited_lm) decodes (tests/sweeps/test_finetune_chain.py runs it).
 """
 import gin
 import pytest

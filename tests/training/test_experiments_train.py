@@ -30,9 +30,9 @@ TRAINED_ELSEWHERE = {
     "experiments/lm_heads/05_talking_heads_4_32.gin":
         "training/test_small_regime.py::test_demo_end_to_end_at_tiny_scale",
     "experiments/encdec_heads/01_multi_head_4_32.gin":
-        "experiments/test_finetune_chain.py::test_pretrain_finetune_metrics_then_rerun_skips",
+        "sweeps/test_finetune_chain.py::test_pretrain_finetune_metrics_then_rerun_skips",
     "experiments/span_heads/03_talking_heads_8_16.gin":
-        "experiments/test_span_heads.py::test_span_rows_train_and_evaluate",
+        "sweeps/test_span_heads.py::test_span_rows_train_and_evaluate",
     "experiments/t5_heads/07_talking_heads_24_32.gin":
         "commands/test_docs_commands.py::test_quick_start_trains_evaluates_and_decodes",
 }

@@ -5,7 +5,7 @@ finished stage.  About 3-4 minutes on 2 busy cores (five TensorFlow child
 processes), hence slow.  The pre-training is the encoder-decoder's
 multi-head row trained for real at tiny scale: its held-out ln(PPL) falls
 and the sweep records its measurements (the talking-heads encoder-decoder
-trains in tests/experiments/test_span_heads.py).
+trains in tests/sweeps/test_span_heads.py).
 """
 import csv
 import math

@@ -13,7 +13,7 @@
 * Real runs (slow) are elsewhere: `mtf_th demo`'s two-row sweep with its
   records, tables, plots, progress lines and resume
   (tests/training/test_small_regime.py) and `mtf_th sweep --finetune` through the
-  CLI, rerun included (tests/experiments/test_finetune_chain.py).
+  CLI, rerun included (tests/sweeps/test_finetune_chain.py).
 """
 import csv
 import io
