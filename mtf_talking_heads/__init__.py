@@ -9,7 +9,6 @@ The modules are in packages by job (docs/architecture.md); the few module
 paths that gin files imported before that still import (MOVED_MODULES).
 """
 import importlib as _importlib
-import importlib.abc as _importlib_abc
 import importlib.util as _importlib_util
 import sys as _sys
 
@@ -28,9 +27,10 @@ MOVED_MODULES = {
 }
 
 
-class _MovedModuleFinder(_importlib_abc.MetaPathFinder,
-                         _importlib_abc.Loader):
-  """Imports a path of MOVED_MODULES as the module that holds it now.
+class _MovedModuleFinder(object):
+  """Imports a path of MOVED_MODULES as the module that holds it now (a
+  meta path finder and its loader; importlib.abc is not imported for them:
+  the console script's start-up stays light).
 
   Example:
     import mtf_talking_heads.layers  # the module mtf_talking_heads.nn.layers
