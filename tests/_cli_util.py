@@ -118,6 +118,9 @@ def heavy_imports(argv, cwd=None):
   proc = subprocess.run(command, cwd=cwd or REPO, capture_output=True,
                         text=True, timeout=120,
                         env=env({"PYTHONPROFILEIMPORTTIME": "1"}))
+  # the profile must be there (else "no TensorFlow line" proves nothing)
+  assert re.search(r"import time: .*\|\s+mtf_talking_heads(\.|$)",
+                   proc.stderr), proc.stderr[-2000:]
   heavy = [l for l in proc.stderr.splitlines()
            if re.search(r"\|\s+(tensorflow|mesh_tensorflow)(\.|$)", l)]
   return proc, heavy

@@ -346,3 +346,4 @@ def test_no_test_folder_is_named_like_a_gin_include_folder():
 def test_strategy_names_are_listed_once():
   assert len(_strategy_names()) == 6
   assert strategy_name_lists() == []
+

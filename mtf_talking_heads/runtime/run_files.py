@@ -300,6 +300,34 @@ def latest_step(model_dir, files=LOCAL):
   return None if path is None else checkpoint_step(path)
 
 
+def damaged_state(model_dir, files=LOCAL):
+  """Why <model_dir>/checkpoint cannot be trusted while checkpoints are here,
+  or None (no such file, no model.ckpt-N.index beside it, or a sound file).
+
+  tf.train.latest_checkpoint answers None for such a file (garbage, cut, or
+  naming a checkpoint whose files were removed), so training would start
+  again at step 0 and save over the checkpoints that are here.
+
+  Example:
+    damaged_state(d) == "it names model.ckpt-900, whose files are not here"
+  """
+  path = os.path.join(model_dir, CHECKPOINT_STATE)
+  if not files.exists(path) or not checkpoint_prefixes(model_dir, files):
+    return None
+  try:
+    latest, _ = _parse_state(files.read_text(path))
+  except files.READ_ERRORS + (_ProtoText.ParseError,) as e:
+    return "it does not parse (%s)" % e
+  if not latest:
+    return "it names no latest checkpoint"
+  full = latest if os.path.isabs(latest) else os.path.join(model_dir, latest)
+  if re.match(r".*model\.ckpt\-(\d+).*", latest) is None:
+    return "it names %r, not a model.ckpt-N" % latest
+  if not (files.glob(full + ".index") or files.glob(full)):
+    return "it names %s, whose files are not here" % latest
+  return None
+
+
 def listed_latest_step(model_dir):
   """The step <model_dir>/checkpoint names as the latest, whether or not its
   files are here (None: no such file, or it names none); logs nothing."""

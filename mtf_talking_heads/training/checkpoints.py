@@ -134,6 +134,22 @@ class _GFileOps(object):
 _GFILE = _GFileOps()
 
 
+def check_state(model_dir):
+  """ConfigError if <model_dir>/checkpoint is damaged while checkpoints are
+  here (run_files.damaged_state): nothing is read or written then."""
+  damage = run_files.damaged_state(model_dir, _GFILE)
+  if damage is None:
+    return
+  steps = sorted(run_files.checkpoint_step(p) for p in
+                 run_files.checkpoint_prefixes(model_dir, _GFILE))
+  raise errors.ConfigError(
+      "--model_dir %s: its 'checkpoint' file cannot be trusted (%s) while "
+      "model.ckpt-%s is here; training would start again at step 0 over it: "
+      "write model_checkpoint_path: \"model.ckpt-%d\" into that file, or use "
+      "a new --model_dir" % (model_dir, damage, ", ".join(map(str, steps)),
+                             steps[-1]))
+
+
 def latest_checkpoint(model_dir):
   """The latest checkpoint's prefix in model_dir if its files are there, else
   None (what tf.train.latest_checkpoint answers)."""

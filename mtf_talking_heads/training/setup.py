@@ -31,7 +31,9 @@ def prepare(what, model_dir, gin_files=(), gin_params=(), tpu=None,
             pretrained=None, extra_params=(), configure=None, check=None):
   """Runs the setup sequence of a train, eval, decode or finetune run.
 
-  In order: (1) the checkpoints: a reader's `steps` of model_dir, or
+  In order: (0) model_dir's `checkpoint` file is sound if checkpoints are
+  there (checkpoints.check_state); (1) the checkpoints: a reader's `steps`
+  of model_dir, or
   finetune's `pretrained` one; (2) gin: gin_files (a reader without them:
   model_dir's operative_config.gin), gin_params, extra_params; a reader
   then reads its checkpoints in their dtype (bf16 or f32); (3)
@@ -63,6 +65,7 @@ def prepare(what, model_dir, gin_files=(), gin_params=(), tpu=None,
   Raises:
     ConfigError: the first problem, in one line.
   """
+  checkpoints.check_state(model_dir)
   if writes:
     found = [] if pretrained is None else checkpoints.checkpoint_paths(
         pretrained[0], pretrained[1], "--pretrained_model_dir")[:1]

@@ -521,3 +521,28 @@ def test_every_shipped_gin_files_mixture_name_passes(tmp_path):
     mixtures.add(gin_text.GinConfig([name], (), gin_dir).get("MIXTURE_NAME"))
   assert {"th_lm_bytes", "th_span_corruption_bytes", "th_mlm_sop",
           "th_finetune_embedded"} <= mixtures  # the files were read
+
+
+def test_damaged_checkpoint_file_is_refused_and_nothing_is_written(
+    world, tmp_path):
+  """A `checkpoint` file cut or garbled by hand: TF would read no latest
+  checkpoint and train from step 0 over model.ckpt-N; train refuses in one
+  line and leaves the model_dir as it was."""
+  model_dir = str(tmp_path / "damaged")
+  shutil.copytree(world["model_dir"], model_dir)
+  with open(os.path.join(model_dir, "checkpoint"), "w") as f:
+    f.write('model_checkpoint_path: "model.ckpt-')
+  before = _cli_util.snapshot(model_dir)
+  result = _cli_util.run(["train", "--model_dir", model_dir,
+                          "--train_steps", "2"] + T5 + SMALL)
+  lines = [l for l in result.stderr.splitlines() if not l.startswith("[")]
+  assert result.code == 2, result.stderr[-2000:]
+  assert len(lines) == 1, result.stderr[-2000:]
+  assert lines[0].startswith(
+      "mtf_th train: error: --model_dir %s: its 'checkpoint' file cannot be "
+      "trusted (it does not parse" % model_dir), lines[0]
+  assert lines[0].endswith(
+      "while model.ckpt-0, 1 is here; training would start again at step 0 "
+      "over it: write model_checkpoint_path: \"model.ckpt-1\" into that "
+      "file, or use a new --model_dir"), lines[0]
+  assert _cli_util.snapshot(model_dir) == before

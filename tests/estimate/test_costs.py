@@ -486,3 +486,12 @@ def test_cli_bad_arguments_exit_2_with_one_message(cli, capsys, argv, pattern):
   assert len(err.strip().splitlines()) == 1, err
   assert err.startswith("mtf_th costs: error: ")
   assert re.search(pattern, err), err
+
+
+def test_the_import_profile_sees_tensorflow_when_it_is_imported():
+  # _cli_util.heavy_imports, what the "imports no TensorFlow" tests of the
+  # light commands use, finds TensorFlow where it is imported
+  proc, heavy = _cli_util.heavy_imports(
+      ["-c", "import mtf_talking_heads.estimate.costs, tensorflow"])
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert heavy

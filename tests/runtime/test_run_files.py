@@ -154,3 +154,47 @@ def test_watchers_never_write_and_skip_a_cut_line(tmp_path):
   assert run_files.scan_train_log(str(tmp_path / "none")) == []
   # the owner's reader leaves out the cut line
   assert [r["step"] for r in run_files.read_train_log(str(tmp_path))] == [1, 2]
+
+
+def _checkpoint_files(model_dir, step):
+  for suffix in (".index", ".data-00000-of-00001"):
+    with open(os.path.join(model_dir, "model.ckpt-%d%s" % (step, suffix)),
+              "w") as f:
+      f.write("x")
+
+
+@pytest.mark.parametrize("state, damage", [
+    ('model_checkpoint_path: "model.ckpt-5"\n', None),
+    ("\x00\x01 garbage", "it does not parse"),
+    ('model_checkpoint_path: "model.ckpt-5', "it does not parse"),
+    ('all_model_checkpoint_paths: "model.ckpt-5"\n',
+     "it names no latest checkpoint"),
+    ('model_checkpoint_path: "model.ckpt-900"\n',
+     "it names model.ckpt-900, whose files are not here"),
+    ('model_checkpoint_path: "weights"\n', "it names 'weights', not a "
+     "model.ckpt-N"),
+])
+def test_damaged_state_is_named_while_checkpoints_are_here(tmp_path, state,
+                                                           damage):
+  _checkpoint_files(str(tmp_path), 5)
+  (tmp_path / "checkpoint").write_text(state)
+  got = run_files.damaged_state(str(tmp_path))
+  if damage is None:
+    assert got is None
+  else:
+    assert got.startswith(damage), got
+  # tf.train.latest_checkpoint (run_files.latest_checkpoint) answers None for
+  # a damaged file (training would start again at step 0), or raises for
+  # one that names no latest checkpoint
+  try:
+    latest = run_files.latest_checkpoint(str(tmp_path))
+  except ValueError as e:
+    assert damage == "it names no latest checkpoint", e
+    return
+  assert (latest is None) == (damage is not None)
+
+
+def test_damaged_state_without_checkpoints_is_harmless(tmp_path):
+  (tmp_path / "checkpoint").write_text("garbage")
+  assert run_files.damaged_state(str(tmp_path)) is None
+  assert run_files.damaged_state(str(tmp_path / "missing")) is None
