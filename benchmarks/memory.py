@@ -11,7 +11,8 @@ memory.predict(..., impl="mtf_th_float32") for the same model and mesh.
 Columns: measured and predicted bytes per device, ratio = predicted /
 measured, and mesh-tensorflow's auto_mtf MemoryEstimator on the same mtf
 graph (the peak of its per-device tensor sizes under auto_mtf's own
-scheduler, memory_measure.auto_mtf_peak) with its ratio to the measurement.
+scheduler, memory_measure.auto_mtf_peak) with its ratio to the measurement (einsum rows only: auto_mtf's estimator
+does not read the fused core's graph).
 The last line gives the worst |ratio - 1| of each.  docs/costs.md records
 a run.  --format csv for a CSV table.  --processes N: each config in N
 fresh processes, the median reported (measured_range: all N; the peak is
@@ -65,9 +66,15 @@ def in_processes(args, count):
     names = {r["config"] for r in rows}
     assert len(names) == 1 and len(set(map(len, runs))) == 1, names
     each = [int(r["measured"]) for r in rows]
+    auto = rows[0]["auto_mtf"]
     out.append((rows[0]["config"], statistics.median_low(each), each,
-                int(rows[0]["predicted"]), int(rows[0]["auto_mtf"])))
+                int(rows[0]["predicted"]), int(auto) if auto else None))
   return out
+
+
+def _or_blank(value):
+  """A cell: "" for no auto_mtf estimate (the fused core's rows)."""
+  return "" if value is None else value
 
 
 def main(argv=None):
@@ -89,8 +96,9 @@ def main(argv=None):
   if args.processes > 1:
     table = in_processes(args, args.processes)
     columns = COLUMNS[:2] + ("measured_range",) + COLUMNS[2:]
-    cells = [(n, m, "%d-%d" % (min(e), max(e)), p, "%.3f" % (p / m), a,
-              "%.3f" % (a / m)) for n, m, e, p, a in table]
+    cells = [(n, m, "%d-%d" % (min(e), max(e)), p, "%.3f" % (p / m),
+              _or_blank(a), _or_blank(a and "%.3f" % (a / m)))
+             for n, m, e, p, a in table]
     table = [(n, m, p, a) for n, m, _, p, a in table]
   else:
     compat.split_cpu(4)
@@ -100,15 +108,19 @@ def main(argv=None):
     except ValueError as e:
       parser.error("--config: %s" % e)
     columns = COLUMNS
-    cells = [(n, m, int(p), "%.3f" % (p / m), int(a), "%.3f" % (a / m))
-             for n, m, p, a in table]
+    cells = [(n, m, int(p), "%.3f" % (p / m), _or_blank(a and int(a)),
+              _or_blank(a and "%.3f" % (a / m))) for n, m, p, a in table]
   sys.stdout.write(commands.format_table(columns, cells, args.format,
                                          text_columns=("config",)))
   worst = max(table, key=lambda r: abs(r[2] / r[1] - 1))
-  worst_a = max(table, key=lambda r: abs(r[3] / r[1] - 1))
-  print("\nworst memory.py: %s, predicted / measured = %.3f; worst auto_mtf: "
-        "%s, %.3f" % (worst[0], worst[2] / worst[1], worst_a[0],
-                      worst_a[3] / worst_a[1]))
+  line = ("\nworst memory.py: %s, predicted / measured = %.3f"
+          % (worst[0], worst[2] / worst[1]))
+  estimated = [r for r in table if r[3]]
+  if estimated:
+    worst_a = max(estimated, key=lambda r: abs(r[3] / r[1] - 1))
+    line += "; worst auto_mtf: %s, %.3f" % (worst_a[0],
+                                            worst_a[3] / worst_a[1])
+  print(line)
   return 0
 
 

@@ -41,36 +41,42 @@ LAYOUTS = {
 }
 
 
-# TensorCores per slice that Cloud TPU offers with the TF 2.15 StreamExecutor
-# runtime (TPUEstimator); v5e / v5p / v6e run only PJRT.
-SLICE_SIZES = {
-    2: (8, 32, 128, 256, 512),
-    3: (8, 32, 64, 128, 256, 512, 1024, 2048),
-    4: (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
-}
+# The generations Cloud TPU offers with the TF 2.15 StreamExecutor runtime
+# (TPUEstimator); v5e / v5p / v6e run only PJRT.  Their slice sizes
+# (TensorCores per accelerator type vG-N) are estimate/hardware.py's SLICES.
+SE_GENERATIONS = (2, 3, 4)
 # What a worker needs to install and run mtf_th (relative to the repository).
 SHIPPED = ("mtf_talking_heads", "mtf_talking_heads_startup.py", "setup.py",
            "MANIFEST.in", "requirements.lock", "gin")
 _NOT_SHIPPED = ("__pycache__", ".pyc", ".pyo")
 
 
+def slice_sizes():
+  """{generation: TensorCores of each slice} (estimate/hardware.py's SLICES,
+  through the light package import)."""
+  _gin_text()
+  from mtf_talking_heads.estimate import hardware  # pylint: disable=g-import-not-at-top
+  return {g: hardware.SLICES["tpu_v%d" % g].sizes for g in SE_GENERATIONS}
+
+
 def devices_of(accelerator):
   """Number of mesh devices of an accelerator type such as v3-32."""
+  sizes = slice_sizes()
   match = re.fullmatch(r"v(\d)-(\d+)", accelerator or "")
-  known = ", ".join("v%d-{%s}" % (g, ",".join(map(str, sizes)))
-                    for g, sizes in sorted(SLICE_SIZES.items()))
+  known = ", ".join("v%d-{%s}" % (g, ",".join(map(str, n)))
+                    for g, n in sorted(sizes.items()))
   if not match:
     raise ValueError("--accelerator %r is not a TPU type: use one of %s"
                      % (accelerator, known))
   generation, cores = int(match.group(1)), int(match.group(2))
-  if generation not in SLICE_SIZES:
+  if generation not in sizes:
     raise ValueError("--accelerator %r: TPU v%d has no TensorFlow 2.15 "
                      "StreamExecutor runtime (TPUEstimator); use one of %s"
                      % (accelerator, generation, known))
-  if cores not in SLICE_SIZES[generation]:
+  if cores not in sizes[generation]:
     raise ValueError("--accelerator %r: v%d slices have %s TensorCores"
                      % (accelerator, generation,
-                        ", ".join(map(str, SLICE_SIZES[generation]))))
+                        ", ".join(map(str, sizes[generation]))))
   return cores // 2 if generation >= 4 else cores
 
 

@@ -57,6 +57,8 @@ def _stop(signum, unused_frame):
   """
   global _stop_signal
   _stop_signal = signum
+  from mtf_talking_heads.runtime import stops  # pylint: disable=g-import-not-at-top
+  stops.note_signal(signum)
   _handle_both(_second)
   raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
@@ -105,6 +107,8 @@ def console(argv=None):
     the exit status: main()'s, or 130 on Ctrl-C, 143 on SIGTERM.
   """
   _stop_on_signals()
+  from mtf_talking_heads.runtime import stops  # pylint: disable=g-import-not-at-top
+  stops.install()  # a long command's stop works even inside TensorFlow
   argv = list(sys.argv[1:] if argv is None else argv)
   try:
     code = main(argv)

@@ -10,6 +10,8 @@
   of a Unitransformer, lowered on a mesh; run it or inspect it.
 * `session_config`: the tests' session ConfigProto (TF's graph rewrites off
   on the Eigen kernels).
+* `core_kernel`: mtf_th.core_kernel.kind bound for a block (the einsum
+  core's tests pin "einsum").
 """
 import os
 
@@ -23,6 +25,7 @@ import tensorflow.compat.v1 as tf
 from mtf_talking_heads.core import compat
 from mtf_talking_heads.measure import comm
 from mtf_talking_heads.measure import harness
+from mtf_talking_heads.nn import core_kernel as core_kernel_lib
 from mtf_talking_heads.nn import layers
 from mtf_talking_heads.nn import strategies
 
@@ -59,6 +62,13 @@ def matrix_cases(matrix, fast, runs=True):
     marks = () if case_id in fast or not runs else (pytest.mark.slow,)
     cases.append(pytest.param(*key, id=case_id, marks=marks))
   return cases
+
+
+def core_kernel(kind):
+  """mtf_th.core_kernel.kind = kind while the block builds graphs (then
+  the binding it had); e.g. "einsum" for tests of the einsum core's own
+  tensors, slices and counts."""
+  return core_kernel_lib.bound(kind)
 
 
 def session_config():

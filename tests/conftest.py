@@ -52,6 +52,8 @@ LONGEST_FIRST = (
     "test_finetune_chain.py",
     "test_experiments_train.py",
     "test_stock_t5.py",
+    "test_t5_api.py",
+    "test_tpu_program.py",
     "test_init_seeds.py",
     "test_training_failures.py",
     "test_auto.py",

@@ -11,9 +11,11 @@ status.  positive_int is the argparse type of every positive count flag
 parser, UsageError, tables) are commands/__init__.py's.
 """
 import argparse
+import functools
 import sys
 
 from mtf_talking_heads import commands
+from mtf_talking_heads.commands import file_checks
 from mtf_talking_heads.commands import prechecks
 from mtf_talking_heads.core import spec
 
@@ -122,8 +124,9 @@ def check_common(args, writes=True, purpose=""):
   Args:
     args: the parsed arguments.
     writes: the command trains into --model_dir (train, finetune): it may
-      be new, must be writable and not in use by another writer; else it
-      must exist (eval, decode).
+      be new, must be writable, not in use by another writer and hold no
+      other model (prechecks.same_model); else it must exist and hold the
+      configured model (eval, decode).
     purpose: what a reader writes into --model_dir anyway (eval: its
       results), which then must be writable too.
   Raises:
@@ -132,11 +135,17 @@ def check_common(args, writes=True, purpose=""):
   prechecks.gin_files(args.gin_file)
   prechecks.gin_order(args.gin_file)
   prechecks.gin_params(args.gin_param)
+  files = prechecks.run_gin_files(args.model_dir, args.gin_file)
+  prechecks.gin_bindings(files, args.gin_param)
+  prechecks.corpus(files, args.gin_param)
   prechecks.directory(args.model_dir, "--model_dir",
                       write=writes or bool(purpose), must_exist=not writes,
                       purpose=purpose)
   if writes:
     prechecks.not_in_use(args.model_dir, "--model_dir")
+    file_checks.damaged_files(args.model_dir, writes=True)
+  prechecks.same_model(args.model_dir, args.gin_file, args.gin_param,
+                       role="train" if writes else "read")
   prechecks.mixture(args.model_dir, args.gin_file, args.gin_param,
                     args.module_import)
   prechecks.tpu(args.tpu, args.tpu_zone, args.gcp_project)
@@ -160,21 +169,60 @@ def run_command(prog, parser, argv, body, precheck=check_common):
   except commands.UsageError as e:
     print("%s: error: %s" % (prog, e), file=sys.stderr)
     return 2
+  from mtf_talking_heads.runtime import stops  # pylint: disable=g-import-not-at-top
+  stops.force_with(functools.partial(_forced_line, prog, argv, args),
+                   prog=prog)
   try:
     announce(prog, args)
     setup_logging(args.verbose)
     from mtf_talking_heads import training  # pylint: disable=g-import-not-at-top
     return body(args, training) or 0
   except KeyboardInterrupt as e:
-    print(_interrupted(prog, argv, e), file=sys.stderr)
-    return 130
+    return _last_line(_interrupted(prog, argv, e), 130)
   except (ValueError, RuntimeError) as e:
     training = sys.modules.get("mtf_talking_heads.training")
+    if stops.stop_signal() is not None:  # the stop's error (e.g. TF's
+      return _last_line(_interrupted(prog, argv, e), 130)  # variable_scope)
     if training is None or not isinstance(
         e, (training.ConfigError, training.TrainingError)):
       raise
-    print("%s: error: %s" % (prog, e), file=sys.stderr)
-    return 2 if isinstance(e, training.ConfigError) else 1
+    return _last_line("%s: error: %s" % (prog, without_gin_context(e)),
+                      2 if isinstance(e, training.ConfigError) else 1)
+
+
+def without_gin_context(error):
+  """The error's message without the lines gin appends to an exception
+  raised inside a configurable (each starts "  In ": "In call to
+  configurable 'run' ...", "In bindings string line 1 ..."): one line."""
+  return str(error).split("\n  In ", 1)[0]
+
+
+def _last_line(line, code):
+  """Prints the command's one line and returns `code`, unless another
+  thread has ended the run with its own line (runtime/stops.py: a forced
+  stop, a lost --cluster task): then waits for it to end the process."""
+  import signal  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.runtime import stops  # pylint: disable=g-import-not-at-top
+  sigterm = code == 130 and stops.stop_signal() == signal.SIGTERM
+  if not stops.claim(128 + signal.SIGTERM if sigterm else code):
+    stops.hold()  # (the console script turns this 130 into 143 too)
+  print(line, file=sys.stderr, flush=True)
+  return code
+
+
+def _forced_line(prog, argv, args, signum):
+  """The line of a stop that the main thread could not make in time (it
+  waits inside TensorFlow): as _interrupted's, with model_dir's last
+  checkpoint when this process trains into it (holds its lock)."""
+  del signum
+  import types  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.runtime import dir_lock  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.runtime import run_files  # pylint: disable=g-import-not-at-top
+  model_dir = getattr(args, "model_dir", None)
+  if not model_dir or not dir_lock.holds(model_dir):
+    return _interrupted(prog, argv, None)
+  return _interrupted(prog, argv, types.SimpleNamespace(
+      model_dir=model_dir, checkpoint_step=run_files.latest_step(model_dir)))
 
 
 def positive_int(text):
@@ -192,15 +240,11 @@ def positive_int(text):
 
 
 def _steps_list(text):
+  """argparse type: prechecks.step_list (no repeats, none negative)."""
   try:
-    steps = [int(t) for t in text.split(",") if t.strip()]
-  except ValueError:
-    steps = None
-  if not steps or min(steps) < 0:
-    raise argparse.ArgumentTypeError(
-        "must be comma-separated non-negative steps, e.g. 250,2000; got %r"
-        % text)
-  return steps
+    return prechecks.step_list(text, "")
+  except commands.UsageError as e:
+    raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_checkpoint_flags(parser):

@@ -15,6 +15,7 @@ import sys
 
 from mtf_talking_heads import commands
 from mtf_talking_heads.commands import common
+from mtf_talking_heads.commands import file_checks
 from mtf_talking_heads.commands import prechecks
 
 PROG = "mtf_th decode"
@@ -63,15 +64,18 @@ def main(argv=None):
 
   def precheck(args):
     common.check_common(args, writes=False)
+    file_checks.damaged_files(args.model_dir, steps=args.checkpoint_step,
+                              step_flag="--checkpoint_step")
     if not args.tpu and not args.cluster:  # as common.memory_check
       prechecks.forward_memory(args.model_dir, args.gin_file, args.gin_param,
                                "decode")
+    if args.input_file:
+      prechecks.no_newline(args.input_file, "--input_file")
     if args.input_file and not os.path.isfile(args.input_file):
       raise commands.UsageError("--input_file %s: no such file"
                                 % args.input_file)
     if args.output_file:
-      prechecks.directory(os.path.dirname(os.path.abspath(args.output_file)),
-                          "--output_file's directory", write=True)
+      file_checks.output_file(args.output_file, "--output_file")
 
   return common.run_command(PROG, parser, argv, body, precheck)
 

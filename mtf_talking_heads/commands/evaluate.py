@@ -23,6 +23,7 @@ import sys
 
 from mtf_talking_heads import commands
 from mtf_talking_heads.commands import common
+from mtf_talking_heads.commands import file_checks
 from mtf_talking_heads.commands import prechecks
 
 PROG = "mtf_th eval"
@@ -43,7 +44,7 @@ def parse_steps(text):
   if not steps or any(s < 0 for s in steps):
     raise commands.UsageError(
         "--checkpoint_steps must list non-negative steps, got %r" % text)
-  return steps
+  return prechecks.step_list(text, "--checkpoint_steps")  # each step once
 
 
 def main(argv=None):
@@ -96,6 +97,9 @@ def main(argv=None):
         args, writes=False,
         purpose=("downstream_results.csv" if args.metrics else
                  "eval_results.csv and the eval events"))
+    file_checks.damaged_files(
+        args.model_dir, steps=parse_steps(args.checkpoint_steps),
+        logs=() if args.metrics else ("eval_results.csv",))
     if args.metrics:  # this package's and t5's names (data/task_names.py)
       prechecks.task(args.task, prechecks.run_gin_files(
           args.model_dir, args.gin_file), "--task", args.module_import)

@@ -9,6 +9,10 @@ Starts from the pre-trained checkpoint at step P (latest, or
 finetune.gin) on MIXTURE_NAME (th_finetune_squad_glue_superglue) with a
 constant learning rate of 1e-3, dropout 0.1 and the embedding frozen.
 Resumes like `mtf_th train`; never writes to the pre-trained directory.
+One line says which weights it loads from the checkpoint and which it
+initialises; a checkpoint of another model (another attention variant,
+other shapes) is refused unless --allow_partial_load, which loads only
+the weights of the same name and shape and initialises the others.
 
 Data: the embedded benchmark (experiments/finetune_embedded.gin) needs
 nothing; t5's SQuAD / GLUE / SuperGLUE tasks are read by TFDS from
@@ -21,6 +25,7 @@ import sys
 
 from mtf_talking_heads import commands
 from mtf_talking_heads.commands import common
+from mtf_talking_heads.commands import file_checks
 from mtf_talking_heads.commands import prechecks
 
 PROG = "mtf_th finetune"
@@ -37,6 +42,12 @@ def main(argv=None):
   parser.add_argument("--data_dir", default=None, metavar="DIR",
                       help="TFDS data directory of the fine-tuning tasks "
                            "(e.g. gs://BUCKET/tensorflow_datasets)")
+  parser.add_argument("--allow_partial_load", action="store_true",
+                      help="start although the pre-trained checkpoint holds "
+                           "another model (another attention variant, other "
+                           "shapes): load only the weights of the same name "
+                           "and shape, initialise the others (default: "
+                           "refused)")
   common.add_checkpoint_flags(parser)
   argv = sys.argv[1:] if argv is None else argv
 
@@ -49,16 +60,27 @@ def main(argv=None):
                              finetune_steps=args.finetune_steps,
                              checkpoint_step=args.checkpoint_step,
                              tpu=args.tpu, tpu_zone=args.tpu_zone,
-                             gcp_project=args.gcp_project)
+                             gcp_project=args.gcp_project,
+                             allow_partial_load=args.allow_partial_load)
     if rows:
       print("step %d loss %.4f (%s)" % (rows[-1]["step"], rows[-1]["loss"],
                                         args.model_dir))
     return 0
 
   def precheck(args):
+    prechecks.different_dirs(args.model_dir, args.pretrained_model_dir,
+                             "--pretrained_model_dir")
     common.check_common(args)
     prechecks.directory(args.pretrained_model_dir, "--pretrained_model_dir",
                         must_exist=True)
+    file_checks.damaged_files(args.pretrained_model_dir,
+                              "--pretrained_model_dir",
+                              steps=args.checkpoint_step,
+                              step_flag="--checkpoint_step")
+    if not args.allow_partial_load:
+      prechecks.same_model(args.pretrained_model_dir, args.gin_file,
+                           args.gin_param, "--pretrained_model_dir",
+                           "pretrained")
 
   return common.run_command(PROG, parser, argv, body, precheck)
 

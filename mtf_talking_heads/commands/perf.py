@@ -58,8 +58,9 @@ def _build_parser():
                       help="%s (default mtf_th; with --compare_paper mtf)"
                       % ", ".join(hardware_lib.IMPLEMENTATIONS))
   parser.add_argument("--vocab", type=int, default=model_lib.PAPER_T5["vocab"],
-                      metavar="N", help="vocabulary size (the task's; "
-                      "default T5's 32128)")
+                      metavar="N", help="vocabulary size (the task's, "
+                      "padded to a multiple of 128 as mtf pads it; default "
+                      "T5's 32128)")
   parser.add_argument("--reference", metavar="ROW",
                       help="row whose step time the ratio column divides by "
                       "(default: the first)")
@@ -82,18 +83,25 @@ def _efficiency(args, hardware):
 
 
 def _rows(args):
-  """[(row, label, Model)] from --paper_table or --gin_file."""
-  spec.positive_int("--vocab", args.vocab)
+  """[(row, label, Model)] from --paper_table or --gin_file; the vocabulary
+  padded to a multiple of 128, as mtf pads it."""
+  from mtf_talking_heads.commands import prechecks  # pylint: disable=g-import-not-at-top
+  vocab = model_lib.padded_vocab(spec.positive_int("--vocab", args.vocab))
   if args.paper_table:
     if args.gin_file or args.gin_param:
       raise commands.UsageError("--paper_table reads its own gin files; drop "
                                 "--gin_file / --gin_param")
-    return model_lib.experiment_rows(args.paper_table, vocab=args.vocab)
+    return model_lib.experiment_rows(args.paper_table, vocab=vocab)
   if not args.gin_file:
     raise commands.UsageError("give --gin_file FILE (repeatable) or "
                               "--paper_table NAME")
+  # the checks `mtf_th train` and `mtf_th plan` run on the gin files
+  prechecks.gin_files(args.gin_file)
+  prechecks.gin_order(args.gin_file)
+  prechecks.gin_params(args.gin_param)
+  prechecks.gin_bindings(args.gin_file, args.gin_param)
   model = model_lib.model_from_gin(args.gin_file, args.gin_param,
-                                   vocab=args.vocab)
+                                   vocab=vocab)
   model_lib.check_gin_layout(args.gin_file, args.gin_param, model)
   name = args.gin_file[-1].rsplit("/", 1)[-1]
   return [(name[:-4] if name.endswith(".gin") else name,

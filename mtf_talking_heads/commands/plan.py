@@ -11,13 +11,22 @@ recomputed in the backward pass ("+recompute", strategies/recompute.py)
 the device's memory with --margin left free (default 10%), and prints the
 rest fastest first: mesh_shape, strategy, memory_gib per device (and its
 parts: weights + gradients + optimizer state, activations, the n x m x
-heads tensors, temporaries), step_s, network_s and the gin bindings that
-run it (pass each with --gin_param).  --all lists the candidates that do
+heads tensors, or the fused core's statistics and masks where it runs:
+on --hardware cpu unless the gin files bind mtf_th.core_kernel.kind =
+"einsum", memory.py; temporaries), step_s, network_s and the gin bindings
+that run it (pass each with --gin_param).  --all lists the candidates that do
 not fit too (fits = no).  --batch B overrides the gin files' batch_size
-(the whole slice's).  When nothing fits: one line on stderr with the
-smallest memory found and what would make it fit, exit status 1.  Bad
-arguments exit with status 2 before anything is computed.  TensorFlow is
-never imported.
+(the whole slice's).  The vocabulary is that of the gin files' task
+(MIXTURE_NAME: data/task_names.vocabulary_size; --vocab N to give
+another), padded to a multiple of 128 as mtf pads it.  When nothing fits:
+one line on stderr with the smallest memory found and what would make it
+fit, exit status 1.  Bad arguments exit with status 2 before anything is
+computed: --devices must be a slice size of the TPU generation
+(estimate/hardware.py's SLICES; cpu: at most MAX_CPU_DEVICES), and the gin
+files and bindings pass the checks `mtf_th train` runs before TensorFlow
+(commands/prechecks.py: the file order, a misspelt macro, a class or
+parameter the configuration does not have, values such as mesh_shape).
+TensorFlow is never imported.
 """
 import sys
 
@@ -51,8 +60,11 @@ def _build_parser(hardware_names):
   parser.add_argument("--implementation", metavar="NAME",
                       help="perf implementation (default mtf_th: bfloat16 "
                       "activations; cpu: mtf_th_float32)")
-  parser.add_argument("--vocab", type=int, default=32128, metavar="N",
-                      help="vocabulary size (default T5's 32128)")
+  parser.add_argument("--vocab", type=int, default=None, metavar="N",
+                      help="the task's vocabulary size, padded to a "
+                      "multiple of 128 as mtf pads it (default: the "
+                      "vocabulary of the gin files' MIXTURE_NAME, e.g. 259 "
+                      "for the _bytes tasks; the paper's T5: 32128)")
   parser.add_argument("--mesh_shape", metavar="SHAPE",
                       help="only this mesh, e.g. batch:8 (data parallel "
                       "only) or batch:2,model:4")
@@ -70,9 +82,20 @@ def _build_parser(hardware_names):
 
 
 def _check(args):
+  """The arguments, before anything is enumerated; the gin files as
+  `mtf_th train` checks them (commands/prechecks.py: one validator)."""
+  from mtf_talking_heads.commands import prechecks  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import hardware  # pylint: disable=g-import-not-at-top
   for name in ("devices", "batch", "vocab"):
     if getattr(args, name) is not None:
       spec_lib.positive_int("--" + name, getattr(args, name))
+  hardware.check_devices(args.hardware, args.devices)
+  prechecks.gin_files(args.gin_file)
+  prechecks.gin_order(args.gin_file)
+  prechecks.gin_params(args.gin_param)
+  if args.gin_file:
+    prechecks.gin_bindings(args.gin_file, args.gin_param)
+    prechecks.mixture(None, args.gin_file, args.gin_param)
   if not 0 <= args.margin < 1:
     raise commands.UsageError("--margin must be in [0, 1), got %r"
                               % args.margin)
@@ -131,9 +154,12 @@ def _run(args):
   params = list(args.gin_param)
   if args.batch:
     params.append("batch_size = %d" % args.batch)
-  model = model_lib.model_from_gin(args.gin_file, params, vocab=args.vocab)
+  model = model_lib.model_from_gin(args.gin_file, params,
+                                   vocab=vocab(args, args.gin_file, params))
+  model_lib.check_gin_layout(args.gin_file, params, model)  # dims, as perf
   dropout = dropout_on(args.gin_file, params)
-  candidates = _candidates(model, args, mesh, dropout)
+  candidates = _candidates(model, args, mesh, dropout,
+                           _kernel(args.gin_file, params, args.hardware))
   fitting = [c for c in candidates if c.fits]
   usable = planner.usable_bytes(args.hardware, args.devices, args.margin)
   if not fitting:
@@ -149,7 +175,8 @@ def _run(args):
                                                     args.devices)),
             args.hardware, round(100 * args.margin), model.batch,
             args.devices, " or ".join(hints) if hints else
-            "no smaller batch or larger slice up to 64x: a smaller model"))
+            "nothing: not with a smaller batch nor on the next 6 larger "
+            "slices; give a smaller model"))
   shown = candidates if args.all else fitting
   if args.top:
     shown = shown[:args.top]
@@ -158,16 +185,101 @@ def _run(args):
                                    "mesh_shape", "strategy", "fits", "gin"))
 
 
-def _candidates(model, args, mesh, dropout=False):
+def _kernel(gin_files, gin_params, hardware):
+  """The attention core's kernel the run would use (fit_check.kernel_of:
+  the fused core on CPU unless mtf_th.core_kernel.kind = "einsum")."""
+  from mtf_talking_heads.core import gin_text  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import fit_check  # pylint: disable=g-import-not-at-top
+  return fit_check.kernel_of(gin_text.GinConfig(gin_files, gin_params),
+                             hardware)
+
+
+def _candidates(model, args, mesh, dropout=False, kernel="einsum"):
   from mtf_talking_heads.estimate import planner  # pylint: disable=g-import-not-at-top
-  candidates = planner.plan(model, args.hardware, args.devices,
-                            args.implementation, args.margin, dropout)
+  try:
+    candidates = planner.plan(model, args.hardware, args.devices,
+                              args.implementation, args.margin, dropout,
+                              kernel=kernel)
+  except ValueError:
+    if not mesh:
+      raise
+    candidates = []  # why_not says why this mesh does not split it
   if mesh:
     candidates = [c for c in candidates if c.mesh_shape == mesh]
     if not candidates:
-      raise ValueError("--mesh_shape %s does not split this model (batch "
-                       "%d); choose another" % (mesh, model.batch))
+      raise ValueError("--mesh_shape %s does not split this model: %s"
+                       % (mesh, why_not(model, mesh, args)))
   return candidates
+
+
+def why_not(model, mesh, args):
+  """Why step_time cannot split `model` on `mesh`: the dim that does not
+  divide (the vocabulary as mtf pads it)."""
+  from mtf_talking_heads.estimate import step_time  # pylint: disable=g-import-not-at-top
+  try:
+    step_time.predict(model, args.hardware, mesh, args.implementation or (
+        "mtf_th_float32" if args.hardware == "cpu" else "mtf_th"))
+  except ValueError as e:
+    text = str(e)
+    if text.startswith("vocab "):
+      text = "the padded " + text + " (%s)" % _vocab_source(args)
+    return text
+  return "no sharding strategy applies to it"
+
+
+def _vocab_source(args):
+  """e.g. "th_lm_bytes's 259 ids padded to a multiple of 128, as mtf
+  pads it"."""
+  what = "--vocab %d" % args.vocab if args.vocab else "the task's vocabulary"
+  if not args.vocab:
+    try:
+      what = "%s's %d ids" % task_vocab(args.gin_file, args.gin_param)[::-1]
+    except (commands.UsageError, ValueError):
+      pass
+  return what + " padded to a multiple of 128, as mtf pads it"
+
+
+def vocab(args, gin_files, gin_params):
+  """The vocabulary dim mtf computes with: --vocab, else the gin files'
+  task's (data/task_names.vocabulary_size), padded (model.padded_vocab).
+
+  Raises:
+    commands.UsageError: the task's vocabulary is unknown here.
+  """
+  from mtf_talking_heads.estimate import model as model_lib  # pylint: disable=g-import-not-at-top
+  size = args.vocab or task_vocab(gin_files, gin_params)[0]
+  return model_lib.padded_vocab(size)
+
+
+def task_vocab(gin_files, gin_params=()):
+  """(ids of its vocabulary, the gin files' MIXTURE_NAME); the local
+  SentencePiece vocabulary's size from th_data.vocabulary_options.size.
+
+  Raises:
+    commands.UsageError: a task registered elsewhere, or a vocabulary
+      file of one's own (th_data.vocabulary_options.path): give --vocab.
+  """
+  import os  # pylint: disable=g-import-not-at-top
+  import runpy  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.core import gin_text  # pylint: disable=g-import-not-at-top
+  config = gin_text.GinConfig(gin_files, gin_params)
+  name = config.get("MIXTURE_NAME") or config.binding(
+      "mesh_train_dataset_fn.mixture_or_task_name")
+  names = runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__))), "data", "task_names.py"))
+  pieces = config.binding("th_data.vocabulary_options.size",
+                          names["LOCAL_PIECES"])
+  size = names["vocabulary_size"](name, pieces) if isinstance(
+      name, str) else None
+  own = config.binding("th_data.vocabulary_options.path")
+  if size is None or (own and size != names["BYTE_VOCAB_SIZE"] and
+                      size != names["T5_VOCAB_SIZE"]):
+    raise commands.UsageError(
+        "cannot tell the vocabulary size of %s: give --vocab N (its ids; "
+        "T5's 32128, bytes 259)" % (
+            "th_data.vocabulary_options.path %r" % own if own and size
+            else "MIXTURE_NAME %r" % (name,)))
+  return size, name
 
 
 PAPER_COLUMNS = ("row", "label", "batch_per_device", "data_parallel_gib",
@@ -179,8 +291,9 @@ def _paper_table(args, mesh):
   """One line per experiment row: data parallel, and the best that fits."""
   from mtf_talking_heads.estimate import model as model_lib  # pylint: disable=g-import-not-at-top
   rows = []
-  for name, label, model in model_lib.experiment_rows(args.paper_table,
-                                                      vocab=args.vocab):
+  for name, label, model in model_lib.experiment_rows(args.paper_table):
+    model = model._replace(vocab=vocab(
+        args, ["experiments/%s/%s.gin" % (args.paper_table, name)], []))
     if args.batch:
       model = model._replace(batch=args.batch)
     candidates = _candidates(model, args, mesh)

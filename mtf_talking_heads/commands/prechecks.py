@@ -50,6 +50,7 @@ def directory(path, flag, write=False, must_exist=False, purpose=""):
   """
   if not isinstance(path, str) or not path.strip():
     raise commands.UsageError("%s is empty: give a directory" % flag)
+  no_newline(path, flag)
   if "://" in path:  # gs:// and the like: TensorFlow's file systems
     return
   if os.path.exists(path) and not os.path.isdir(path):
@@ -86,6 +87,7 @@ def not_in_use(path, flag):
 
 def checkpoint(path, flag):
   """A directory holding checkpoints, or a checkpoint prefix."""
+  no_newline(path, flag)
   if os.path.isdir(path) or os.path.exists(path + ".index") or "://" in path:
     return
   if os.path.exists(path):
@@ -104,6 +106,7 @@ def gin_files(names):
   if "gin.config" in sys.modules:  # a --module_import may have added paths
     extra = [p for p in compat.gin_search_path() if p]
   for name in names:
+    no_newline(name, "--gin_file")
     try:
       gin_paths.resolve(name, extra)
     except FileNotFoundError as e:
@@ -415,3 +418,158 @@ def gin_order(names):
                earlier, macro, value, seen[macro][0], name, earlier))
     for macro, (value, _) in macros.items():
       seen[macro] = (value, name)
+
+
+def same_model(model_dir, gin_files, gin_params, flag="--model_dir",
+               role="train"):
+  """Refuses a configuration of another model than the one `model_dir`
+  holds (runtime/identity.py: its model_identity.json, or the
+  operative_config.gin of its checkpoints), when the gin text shows the
+  difference (num_layers, d_model, d_ff, the attention classes, the heads
+  dims); what only the graph shows is training/identity.py's, after
+  TensorFlow loads.
+
+  Args:
+    role: "train" (train, finetune's --model_dir), "read" (eval, decode),
+      "pretrained" (finetune's --pretrained_model_dir): the ways out the
+      line names (runtime/identity.refusal).
+  Raises:
+    commands.UsageError: one line naming the difference and the ways out,
+      or a damaged model_identity.json.
+  """
+  from mtf_talking_heads.runtime import identity  # pylint: disable=g-import-not-at-top
+  try:
+    message = identity.refusal(model_dir, gin_files, gin_params, flag, role)
+  except ValueError as e:
+    raise commands.UsageError(str(e)) from None
+  if message:
+    raise commands.UsageError(message)
+
+
+
+
+def no_newline(value, flag):
+  """Refuses a path with a line break (or another control character): it
+  would split every message and file listing that names it.
+
+  Raises:
+    commands.UsageError: one line, the path shown with escapes.
+  """
+  if isinstance(value, str) and any(c < " " for c in value):
+    raise commands.UsageError(
+        "%s %r has a line break or control character in it: give the path "
+        "without it" % (flag, value))
+
+
+
+def gin_bindings(gin_files, gin_params):
+  """The bindings and values core/binding_checks.py refuses (a misspelt
+  macro, a class or parameter the configuration does not have, mesh_shape
+  = 42, a learning rate <= 0, ...), read as text: the one validator of
+  `mtf_th train`, eval, decode, finetune (check_common) and `mtf_th plan`.
+  Files gin itself cannot read are left to the command.
+
+  Raises:
+    commands.UsageError: one line naming the binding and the fix.
+  """
+  from mtf_talking_heads.core import binding_checks  # pylint: disable=g-import-not-at-top
+  try:
+    config = binding_checks.read(gin_files, gin_params)
+  except (OSError, ValueError):
+    return
+  try:
+    binding_checks.check(config, gin_params)
+  except ValueError as e:
+    raise commands.UsageError(str(e)) from None
+
+
+def step_list(text, flag, minimum=0):
+  """"250,2000" -> [250, 2000]: the one parser of a comma-separated step
+  list flag (--keep_checkpoint_steps, the sweep's --eval_steps): integers
+  >= `minimum`, each once.
+
+  Args:
+    text: the flag's value.
+    flag: its name for the message ("": argparse's type, which names it).
+    minimum: the smallest step allowed.
+  Raises:
+    commands.UsageError: one line naming the flag, e.g. "--eval_steps
+      '10,10' lists step 10 more than once: give each step once, e.g. 10".
+  """
+  try:
+    steps = [int(t) for t in str(text).split(",") if t.strip()]
+  except ValueError:
+    steps = None
+  if not steps or min(steps) < minimum:
+    raise commands.UsageError(
+        "%smust be comma-separated steps >= %d, e.g. 250,2000; got %r"
+        % (flag + " " if flag else "", minimum, text))
+  twice = sorted(set(s for s in steps if steps.count(s) > 1))
+  if twice:
+    raise commands.UsageError(
+        "%s%r lists step %s more than once: give each step once, e.g. %s"
+        % (flag + " " if flag else "", text, ", ".join(map(str, twice)),
+           ",".join(map(str, sorted(set(steps))))))
+  return steps
+
+
+def different_dirs(model_dir, other, other_flag):
+  """Refuses --model_dir equal to a directory the command only reads
+  (finetune's --pretrained_model_dir), before TensorFlow loads."""
+  if model_dir and other and os.path.abspath(model_dir) == os.path.abspath(
+      other):
+    raise commands.UsageError(
+        "--model_dir must differ from %s (%s): fine-tuning never writes "
+        "into the pre-trained run; give a new --model_dir"
+        % (other_flag, other))
+
+
+def corpus(gin_files, gin_params):
+  """th_data.corpus_paths' local text files hold some text: a corpus of
+  blank lines yields no example (each non-empty line is a document), and
+  training would end at its first step.  Globs that match nothing, empty
+  files and remote paths are data/corpus.py's (after TensorFlow loads).
+
+  Raises:
+    commands.UsageError: one line naming the binding and its files.
+  """
+  import glob  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.core import gin_text  # pylint: disable=g-import-not-at-top
+  try:
+    config = gin_text.GinConfig(gin_files, gin_params)
+    fmt = config.binding("th_data.corpus_paths.file_format", "auto")
+    splits = [(s, config.binding("th_data.corpus_paths." + s))
+              for s in ("train", "validation")]
+  except (OSError, ValueError):
+    return
+  for split, paths in splits:
+    paths = [paths] if isinstance(paths, str) else paths
+    if not isinstance(paths, (list, tuple)) or not all(
+        isinstance(p, str) and p.strip() and "://" not in p for p in paths):
+      continue
+    files = sorted(f for p in paths for f in glob.glob(p))
+    if not files or fmt == "tfrecord" or (
+        fmt == "auto" and all(".tfrecord" in os.path.basename(f)
+                              for f in files)):
+      continue
+    if not any(_has_text(f) for f in files):
+      raise commands.UsageError(
+          "th_data.corpus_paths.%s=%r: the file(s) hold only blank lines, "
+          "so the task yields no example (every non-empty line is a "
+          "document): give files with text" % (split, paths[0] if len(
+              paths) == 1 else paths))
+
+
+def _has_text(path, chunk=1 << 20):
+  """True if the file has a byte other than whitespace (or cannot be read:
+  data/corpus.py reports that)."""
+  try:
+    with open(path, "rb") as f:
+      while True:
+        block = f.read(chunk)
+        if not block:
+          return False
+        if block.strip():
+          return True
+  except OSError:
+    return True

@@ -7,13 +7,14 @@ One task of the job "worker": K logical CPU devices (or the host's first K
 GPUs when it has K or more; see docs/cluster.md), tensorflow_text's ops, the
 package's modules and every --module_import loaded, so the client's graphs
 (input pipeline included, which runs on task 0) find every op.  Prints one
-line when it listens; SIGINT or SIGTERM ends it with status 0.  Bad input
+line when it listens; SIGINT or SIGTERM ends it with status 0 within a
+second, whatever its main thread does.  Bad input
 exits with status 2 and one line, before TensorFlow is imported.
 """
 import os
 import signal
 import sys
-import threading
+import time
 
 from mtf_talking_heads import commands
 from mtf_talking_heads.runtime import cluster as cluster_lib
@@ -55,6 +56,73 @@ def _build_parser():
 def _positive_int(text):
   from mtf_talking_heads.commands import common  # pylint: disable=g-import-not-at-top
   return common.positive_int(text)
+
+
+def check_before_tensorflow(addresses, task, modules):
+  """What would fail only after TensorFlow's import: an entry that is a
+  URL (the server's ClusterSpec aborts the process on grpc://), a
+  --module_import that cannot be found, this task's port in use.
+
+  Raises:
+    commands.UsageError: one line naming the flag and the fix.
+  """
+  for i, address in enumerate(addresses):
+    if "://" in address or "/" in address:
+      raise commands.UsageError(
+          "--cluster entry %d (%r) is not HOST:PORT: give the address "
+          "without a scheme, e.g. %s" % (i, address, address.split(
+              "://")[-1].split("/")[0]))
+  for name in modules:
+    if not findable(name):
+      raise commands.UsageError(
+          "--module_import %r: no such module on this Python's path; give "
+          "an importable module, e.g. --module_import my_package.tasks"
+          % name)
+  port_free(addresses[task], task)
+
+
+def findable(name):
+  """Whether module `name` can be found, without importing it (nor its
+  packages: their __init__ may import TensorFlow); True when unsure."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  parts = name.split(".")
+  try:
+    spec = importlib.util.find_spec(parts[0])
+    for i in range(1, len(parts)):
+      if spec is None or not spec.submodule_search_locations:
+        return spec is not None and name in sys.modules
+      path = list(spec.submodule_search_locations)
+      spec = next((s for s in (
+          f.find_spec(".".join(parts[:i + 1]), path) for f in sys.meta_path
+          if hasattr(f, "find_spec")) if s is not None), None)
+  except (ImportError, ValueError, AttributeError):
+    return True
+  return spec is not None
+
+
+def port_free(address, task):
+  """Refuses this task's address when another process listens on its port
+  (gRPC's server sets SO_REUSEADDR too: a port in TIME_WAIT is free)."""
+  import errno  # pylint: disable=g-import-not-at-top
+  import socket  # pylint: disable=g-import-not-at-top
+  port = int(address.rpartition(":")[2])
+  probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+  try:
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    probe.bind(("", port))
+  except OSError as e:
+    if e.errno == errno.EADDRINUSE:
+      raise commands.UsageError(
+          "cannot listen on %s (task %d): address in use (another process "
+          "listens on port %d: stop it, or give this task another port in "
+          "--cluster, the same list for every server and the client)"
+          % (address, task, port)) from None
+    if e.errno == errno.EACCES:
+      raise commands.UsageError(
+          "cannot listen on %s (task %d): permission denied for port %d; "
+          "give a port above 1023" % (address, task, port)) from None
+  finally:
+    probe.close()
 
 
 def server_config(devices_per_task, num_gpus):
@@ -102,12 +170,11 @@ def main(argv=None):
       raise commands.UsageError(
           "--task %d is not a task of --cluster (%d tasks: 0..%d)"
           % (args.task, len(addresses), len(addresses) - 1))
+    check_before_tensorflow(addresses, args.task, args.module_import)
   except (ValueError, commands.UsageError) as e:
     print("%s: error: %s" % (PROG, e), file=sys.stderr)
     return 2
-  stop = threading.Event()
-  for sig in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(sig, lambda *_: stop.set())
+  _stop_on_signals(args.task)
   from mtf_talking_heads.commands import common  # pylint: disable=g-import-not-at-top
   common.setup_logging(args.verbose)
   try:
@@ -135,11 +202,27 @@ def main(argv=None):
                               _devices_text(args.task, args.devices_per_task,
                                             device_type), os.getpid()),
         flush=True)
-  while not stop.wait(3600):
-    pass
-  print("[server] task %d stopped" % args.task, file=sys.stderr, flush=True)
-  sys.stdout.flush()
-  os._exit(0)  # pylint: disable=protected-access  (the server cannot stop)
+  while True:  # the stop watch thread ends the process
+    time.sleep(3600)
+
+
+def _stop_on_signals(task):
+  """SIGINT and SIGTERM end the server at once, from runtime/stops.py's
+  thread, which reads the signal whichever of TensorFlow's threads got it:
+  the main thread takes no part (Python runs handlers only there, and a
+  server resumed after SIGSTOP once ignored its first SIGTERM).  A
+  tf.distribute.Server cannot be stopped, so the process ends (os._exit)
+  with status 0 after its line."""
+  from mtf_talking_heads.runtime import stops  # pylint: disable=g-import-not-at-top
+  for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, _ignore)  # a Python handler: the wakeup fd is written
+  stops.install()
+  stops.force_with(lambda signum: "[server] task %d stopped" % task,
+                   after_secs=0, code=0)
+
+
+def _ignore(unused_signum, unused_frame):
+  """The stop is runtime/stops.py's (its thread reads the wakeup fd)."""
 
 
 if __name__ == "__main__":

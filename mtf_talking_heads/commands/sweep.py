@@ -40,6 +40,7 @@ mixture (--finetune_mixture th_finetune_squad_glue_superglue) is read by
 TFDS from --data_dir; a dataset missing there stops the sweep with one line
 (status 2) before anything runs.
 """
+import argparse
 import sys
 
 from mtf_talking_heads import commands
@@ -92,7 +93,7 @@ def _build_parser():
   how.add_argument("--train_steps", type=int, metavar="N",
                    help="steps per run (default: the configuration's "
                    "train_steps, or the last --eval_steps)")
-  how.add_argument("--eval_steps", metavar="A,B",
+  how.add_argument("--eval_steps", metavar="A,B", type=_eval_steps,
                    help="the two steps with ln(PPL) columns (default "
                    "train_steps/8,train_steps, like the paper's "
                    "65536,524288)")
@@ -279,6 +280,15 @@ def _preflight(job, tpu):
   return code
 
 
+def _eval_steps(text):
+  """argparse type of --eval_steps: prechecks.step_list (no repeats, each
+  >= 1); the plan checks the order and the count."""
+  try:
+    return prechecks.step_list(text, "", minimum=1)
+  except commands.UsageError as e:
+    raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _check_data(job):
   """The TFDS data of the fine-tuning mixture, before anything runs; status."""
   if not (job.finetune and job.finetune.needs_data()):
@@ -310,16 +320,22 @@ def _check_data(job):
 def _check_paths(args, job):
   """What the real run checks before it trains, with no TensorFlow: the
   gin files and bindings, --output_dir (a directory, writable, not in use,
-  not another sweep's) and the cache.  The dry run checks the same."""
+  not another sweep's, its results.csv lines those of its runs at this
+  sweep's steps: Runner.records_conflict) and the cache.  The dry run
+  checks the same."""
   prechecks.gin_files(args.gin_file)
   prechecks.gin_params(job.extra_params)
   prechecks.directory(args.output_dir, "--output_dir",
                       write=not args.report, must_exist=args.report)
   if args.report:
+    if "://" not in args.output_dir:
+      job.runner.records_conflict()
     return
   if "://" not in args.output_dir:
     prechecks.not_in_use(args.output_dir, "--output_dir")
     job.runner.manifest_conflict()
+    job.runner.model_conflict()
+    job.runner.records_conflict()
   if not args.tpu:
     prechecks.cache()
 

@@ -17,6 +17,7 @@ without P_l / P_w (multi-head) is an error (exit status 2).
 import sys
 
 from mtf_talking_heads import commands
+from mtf_talking_heads.commands import file_checks
 from mtf_talking_heads.commands import prechecks
 
 PROG = "mtf_th visualize"
@@ -49,8 +50,10 @@ def main(argv=None):
     return args
   try:
     prechecks.checkpoint(args.model_dir, "--model_dir")
+    file_checks.readable_checkpoint(args.model_dir, "--model_dir")
     if args.baseline:
       prechecks.checkpoint(args.baseline, "--baseline")
+      file_checks.readable_checkpoint(args.baseline, "--baseline")
     if args.output_dir:
       prechecks.directory(args.output_dir, "--output_dir", write=True)
   except commands.UsageError as e:

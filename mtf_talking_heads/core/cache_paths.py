@@ -1,7 +1,8 @@
-"""Where the package caches its corpus and vocabulary (standard library only).
+"""Where the package caches its corpus, vocabulary and compiled ops (stdlib only).
 
-corpus.py builds them there; the `mtf_th` commands check the place before
-TensorFlow is imported (commands/prechecks.py).
+corpus.py builds the corpus and vocabulary there, nn/fused/build.py the
+fused attention core's op library (under ops_dir()); the `mtf_th` commands
+check the place before TensorFlow is imported (commands/prechecks.py).
 """
 import glob
 import os
@@ -20,6 +21,15 @@ def cache_dir():
         os.path.expanduser("~"), ".cache")
     path = os.path.join(base, "mtf_talking_heads")
   return os.path.abspath(path)
+
+
+def ops_dir():
+  """Where compiled op libraries go (nn/fused/build.py): <cache_dir()>/ops.
+
+  Outside the checkout, so git never sees a .so; each library's name carries
+  a hash of what built it, so a stale one is never loaded.
+  """
+  return os.path.join(cache_dir(), "ops")
 
 
 def has_built_data(root):

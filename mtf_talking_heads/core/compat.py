@@ -113,6 +113,8 @@ def bounded_session_close(timeout_secs):
     def run():
       try:
         original(self)
+      except Exception:  # pylint: disable=broad-except  (nobody waits for it:
+        pass  # a lost task's close fails with DeadlineExceeded, no traceback)
       finally:
         done.set()
     threading.Thread(target=run, daemon=True).start()
@@ -459,6 +461,69 @@ def _after_mtf_utils(module):
   tensorflow.compat.v1 with a pass-through Print."""
   if not verbose() and not isinstance(module.tf, _TfWithoutPrint):
     module.tf = _TfWithoutPrint(module.tf)
+  _fix_decode_from_file(module)
+
+
+def _fix_decode_from_file(module):
+  """Breakage 14: mtf's decode_from_file (utils.run's infer mode: the stock
+  t5_mesh_transformer, t5's MtfModel.predict) writes each decode with
+  str(), and on CPU the decodes are bytes (detokenized in the graph), so
+  the file holds "b'...'" lines.  Bytes are written as UTF-8 text here
+  (undecodable bytes dropped, as seqio's ByteVocabulary.decode does)."""
+  original = module.write_lines_to_file
+  if getattr(original, "_mtf_th_text", False):
+    return
+
+  def write_lines_to_file(lines, filename):
+    return original([line.decode("utf-8", errors="ignore")
+                     if isinstance(line, bytes) else line for line in lines],
+                    filename)
+
+  write_lines_to_file._mtf_th_text = True  # pylint: disable=protected-access
+  module.write_lines_to_file = write_lines_to_file
+
+
+class _FlagsOrDefaults(object):
+  """absl's flags: their values once a command line was parsed, else their
+  defaults (never parses sys.argv itself)."""
+
+  def __getattr__(self, name):
+    from absl import flags  # pylint: disable=g-import-not-at-top
+    if flags.FLAGS.is_parsed():
+      return getattr(flags.FLAGS, name)
+    try:
+      return flags.FLAGS[name].value
+    except KeyError:
+      raise AttributeError(name) from None
+
+
+def _after_simd_mesh_impl(module):
+  """Breakage 13: mtf's TPU model_fn (utils.tpu_estimator_model_fn, which
+  `mtf_th train --tpu` runs through utils.run) fails on every TPU slice
+  before its first op.
+
+  (a) It reads the --fold_xy and --logical_cores_per_chip flags through
+  tf.flags, which parses sys.argv on first access: under `mtf_th` (argparse)
+  that is UnrecognizedFlagError ("Unknown command line flag 'model_dir'").
+  Here the flags keep their defaults unless absl parsed a command line (the
+  stock t5_mesh_transformer does, so its --logical_cores_per_chip works).
+  (b) auto_logical_to_physical_tpu returns its helper `_default_value`
+  instead of calling it when a chip has another number of cores than
+  --logical_cores_per_chip (2): on a TPU v4 (one core per chip) SimdMeshImpl
+  then raises TypeError: 'function' object is not iterable.  Here the
+  helper is called: mtf's lexicographic order, as its comment intends.
+  tests/strategies/test_tpu_program.py builds the TPU programs that show both.
+  """
+  if isinstance(module.FLAGS, _FlagsOrDefaults):
+    return
+  module.FLAGS = _FlagsOrDefaults()
+  original = module.auto_logical_to_physical_tpu
+
+  def auto_logical_to_physical_tpu(*args, **kwargs):
+    mapping = original(*args, **kwargs)
+    return mapping() if callable(mapping) else mapping
+
+  module.auto_logical_to_physical_tpu = auto_logical_to_physical_tpu
 
 
 # --------------------------------------------------------------------------
@@ -479,6 +544,7 @@ _HOOKS = {
         _fix_register_tensor_conversion_function(),
         _fix_t5_hf_model_import())),
     "mesh_tensorflow.transformer.utils": _Hook(after=_after_mtf_utils),
+    "mesh_tensorflow.simd_mesh_impl": _Hook(after=_after_simd_mesh_impl),
     "t5.models": _Hook(before=_fix_t5_hf_model_import),
 }
 
@@ -556,6 +622,8 @@ def install_import_hooks():
     _fix_register_tensor_conversion_function()
   if "mesh_tensorflow.transformer.utils" in sys.modules:
     _after_mtf_utils(sys.modules["mesh_tensorflow.transformer.utils"])
+  if "mesh_tensorflow.simd_mesh_impl" in sys.modules:
+    _after_simd_mesh_impl(sys.modules["mesh_tensorflow.simd_mesh_impl"])
   _fix_t5_hf_model_import()
 
 

@@ -147,6 +147,31 @@ class GinConfig(object):
   def __contains__(self, name):
     return name in self._macros
 
+  def references(self):
+    """(macro names, configurable names) that some macro or binding refers
+    to (%name, @name), as gin counts a macro or configurable used.
+
+    Example: after `heads = 8` and `mtf_th.X.heads = %heads`,
+    references() == ({"heads"}, set()).
+    """
+    macros, configurables = set(), set()
+
+    def walk(value):
+      if isinstance(value, _MacroRef):
+        macros.add(value.name)
+      elif isinstance(value, Reference):
+        configurables.add(value.name)
+      elif isinstance(value, (list, tuple, set)):
+        for v in value:
+          walk(v)
+      elif isinstance(value, dict):
+        for v in value.values():
+          walk(v)
+
+    for value in list(self._macros.values()) + list(self._bindings.values()):
+      walk(value)
+    return macros, configurables
+
   def get(self, name, default=None):
     """The value of macro `name` (macro references resolved)."""
     if name not in self._macros:

@@ -7,7 +7,9 @@ needs TensorFlow (10-30 s).  commands/prechecks.task reads this file by path
 misspelt `mtf_th eval --metrics --task NAME` in well under a second.
 tests/commands/test_bad_inputs.py compares both tuples with seqio's registries after
 the real import: a task registered in data/ must be added to THIS_PACKAGE
-(and a t5 upgrade may change T5).
+(and a t5 upgrade may change T5).  vocabulary_size() says how many ids each
+name's vocabulary has, for `mtf_th plan` (tests/data/test_task_vocab.py
+compares it with the registered tasks' vocabularies).
 """
 
 # Registered by this package's data modules.
@@ -132,3 +134,34 @@ T5 = (
     "wmt_t2t_ende_v003",
     "wsc_dpr_simple_proportional",
 )
+
+# The vocabularies the names above read:
+# seqio.ByteVocabulary: pad, eos, unk and the 256 bytes, no sentinels.
+BYTE_VOCAB_SIZE = 259
+# This package's SentencePiece vocabulary (data/vocab.py): this many pieces
+# by default (gin th_data.vocabulary_options.size), plus EXTRA_IDS sentinels.
+LOCAL_PIECES = 8000
+EXTRA_IDS = 100
+# t5's (gs://t5-data/vocabs/cc_all.32000*): 32000 pieces + 100 sentinels;
+# th_finetune_squad_glue_superglue mixes t5's tasks.
+T5_VOCAB_SIZE = 32100
+T5_VOCAB_NAMES = T5 + ("th_finetune_squad_glue_superglue",)
+
+
+def vocabulary_size(name, pieces=LOCAL_PIECES):
+  """Ids of `name`'s vocabulary (before mtf pads it), or None for a name
+  registered elsewhere.
+
+  Args:
+    name: a task or mixture name.
+    pieces: th_data.vocabulary_options.size (this package's vocabulary).
+
+  Example:
+    vocabulary_size("th_lm_bytes") == 259
+    vocabulary_size("th_span_corruption") == 8100
+  """
+  if name in T5_VOCAB_NAMES:
+    return T5_VOCAB_SIZE
+  if name not in THIS_PACKAGE:
+    return None
+  return BYTE_VOCAB_SIZE if name.endswith("_bytes") else pieces + EXTRA_IDS

@@ -31,6 +31,7 @@ import gin
 import seqio
 
 from mtf_talking_heads.data import corpus
+from mtf_talking_heads.data import task_names
 
 if __name__ == "__main__":
   # `python -m mtf_talking_heads.data.vocab`: importing the package already
@@ -38,8 +39,8 @@ if __name__ == "__main__":
   from mtf_talking_heads.data import vocab as _imported  # pylint: disable=g-import-not-at-top
   raise SystemExit(_imported.main())
 
-DEFAULT_VOCAB_SIZE = 8000
-EXTRA_IDS = 100
+DEFAULT_VOCAB_SIZE = task_names.LOCAL_PIECES  # what `mtf_th plan` assumes
+EXTRA_IDS = task_names.EXTRA_IDS
 TRAINER_VERSION = 1
 # Fixed, not os.cpu_count(): the trained model depends on the thread count.
 NUM_THREADS = 4

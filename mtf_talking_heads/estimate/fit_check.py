@@ -5,7 +5,9 @@ activation_dtype and dropout_rate from the gin files as `mtf_th plan`
 does, predicts the memory per device of one training step (memory.py,
 for every sharding strategy that applies: the layers' default, Auto, may
 pick any; and heads-parallel with its core recomputed when the gin files
-bind mtf_th.RecomputeCore to a layer's strategy) and, if even the smallest
+bind mtf_th.RecomputeCore to a layer's strategy; with the fused core on CPU
+unless the gin files bind mtf_th.core_kernel.kind = "einsum", kernel_of)
+and, if even the smallest
 does not fit the target hardware with planner.DEFAULT_MARGIN left free,
 gives one line naming the plan command that lists what would fit: a warning
 for a TPU slice (warning(), launch/tpu.py), the reason to refuse a run on
@@ -30,6 +32,16 @@ def _recomputes(config):
              for value in (config.binding(key) for key in
                            config.binding_keys()
                            if key.endswith(".strategy")))
+
+
+def kernel_of(config, hardware):
+  """The attention core's kernel a run of `config` (a gin_text.GinConfig)
+  uses on `hardware`, for memory.predict: "fused" unless the gin binds
+  mtf_th.core_kernel.kind = "einsum" or the run is on a TPU (which keeps
+  the einsum core).  memory.predict fuses only the layers the fused core
+  applies to; "auto" is taken to load the op (make venv builds it)."""
+  kind = config.binding("mtf_th.core_kernel.kind", "auto")
+  return "fused" if hardware == "cpu" and kind != "einsum" else "einsum"
 
 
 def applicable(model, mesh):
@@ -77,6 +89,7 @@ def smallest(gin_files, gin_params, hardware):
         "activation_dtype", "float32") == "float32" else "mtf_th")
     dropout = bool(config.get("dropout_rate", 0.0))
     recompute = _recomputes(config)
+    kernel = kernel_of(config, hardware)
   except (ValueError, TypeError, KeyError):
     return None
   options = [(strategy, False) for strategy in applicable(model, mesh)]
@@ -85,7 +98,8 @@ def smallest(gin_files, gin_params, hardware):
   total = _smallest_total(
       lambda strategy, recomputed: memory.predict(
           model, mesh_shape, impl, strategy, recompute=recomputed,
-          dropout=dropout, layout=layout), options)
+          dropout=dropout, layout=layout, kernel=kernel, packed=True),
+      options)
   if total is None:
     return None
   return total, mesh_shape, mesh["batch"] * mesh["model"]

@@ -84,6 +84,93 @@ _TPU_HARDWARE = (
 )
 
 
+Slice = collections.namedtuple("Slice", ["accelerator", "sizes",
+                                         "cores_per_device"])
+Slice.__doc__ = """The slices Cloud TPU offers of one generation.
+
+Attributes:
+  accelerator: the accelerator type's prefix, e.g. "v3-" (v3-32).
+  sizes: the N of every accelerator type prefix + N, ascending.
+  cores_per_device: N per mtf device: 1 where N counts the devices
+    (v2, v3: TensorCores; v5e: chips), 2 on v4 (N counts TensorCores, a
+    megacore chip of two is one device).
+"""
+# The accelerator types of each generation (public Cloud TPU pages):
+#   v2: cloud.google.com/tpu/docs/v2 (v2-8, v2-32, v2-128, v2-256, v2-512)
+#   v3: cloud.google.com/tpu/docs/v3 (v3-8, v3-32 ... v3-2048)
+#   v4: cloud.google.com/tpu/docs/v4 (v4-8, v4-16 ... v4-4096; the N counts
+#       TensorCores, two per megacore chip)
+#   v5e: cloud.google.com/tpu/docs/v5e (v5litepod-1, -4, -8, -16, -32, -64,
+#       -128, -256; the N counts chips, one TensorCore each)
+# launch/tpu.py reads v2-v4 from here (v5e has no TPUEstimator runtime).
+SLICES = {
+    "tpu_v2": Slice("v2-", (8, 32, 128, 256, 512), 1),
+    "tpu_v3": Slice("v3-", (8, 32, 64, 128, 256, 512, 1024, 2048), 1),
+    "tpu_v4": Slice("v4-", (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
+                    2),
+    "tpu_v5e": Slice("v5litepod-", (1, 4, 8, 16, 32, 64, 128, 256), 1),
+}
+# `cpu`: logical CPU devices (one process, or --cluster servers).  The
+# planner enumerates every divisor of the device count; above this many it
+# refuses at once (as many as the largest TPU slice above has devices).
+MAX_CPU_DEVICES = 4096
+
+
+def slice_devices(name):
+  """The mtf device counts of `name`'s slices; () for cpu (any count up to
+  MAX_CPU_DEVICES).
+
+  Example:
+    slice_devices("tpu_v4") == (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+  """
+  if name not in SLICES:
+    get_hardware(name)  # a bad name fails naming the valid ones
+    return ()
+  s = SLICES[name]
+  return tuple(n // s.cores_per_device for n in s.sizes)
+
+
+def check_devices(name, devices):
+  """Refuses a device count `name` has no slice (or logical mesh) of.
+
+  Args:
+    name: a hardware name.
+    devices: mtf devices (an int, checked positive by the caller).
+  Raises:
+    ValueError: one line naming --devices and the valid counts.
+  """
+  valid = slice_devices(name)
+  if not valid:
+    if devices > MAX_CPU_DEVICES:
+      raise ValueError(
+          "--devices %d is more than the planner enumerates on cpu (at most "
+          "%d logical devices); give a smaller --devices"
+          % (devices, MAX_CPU_DEVICES))
+    return
+  if devices not in valid:
+    s = SLICES[name]
+    raise ValueError(
+        "--devices %d: %s has no slice of %d devices; its slices have %s "
+        "devices (%s%s)" % (
+            devices, name, devices, ", ".join(map(str, valid)),
+            "" if s.cores_per_device == 1 else "%s-N has N/%d: " % (
+                s.accelerator[:-1], s.cores_per_device),
+            ", ".join(s.accelerator + str(n) for n in s.sizes)))
+
+
+def larger_devices(name, devices, count):
+  """Up to `count` device counts above `devices` that `name` offers: its
+  next slices, or on cpu doubling up to MAX_CPU_DEVICES."""
+  valid = slice_devices(name)
+  if valid:
+    return [d for d in valid if d > devices][:count]
+  out = []
+  while len(out) < count and devices * 2 <= MAX_CPU_DEVICES:
+    devices *= 2
+    out.append(devices)
+  return out
+
+
 def _cpu_hardware():
   from mtf_talking_heads.estimate import cpu_calibration  # pylint: disable=g-import-not-at-top
   c = cpu_calibration.CPU

@@ -43,6 +43,16 @@ Implementation:
   (two of its largest one at a time) on top of what is still kept; with
   the core recomputed (strategies.RecomputeCore), also the core tensors of
   the one layer being recomputed (what it would keep, and L).
+* The fused core (kernel="fused": nn/core_kernel.py's C++ op, where it
+  applies: fuses()) keeps no n x m x heads tensor of its own: per layer
+  its gradient reads Q, K, V (kept as above), the per-(query, head)
+  log-sum-exp of its softmax (b n h) and the terms of the bias it was
+  given (fused_bias: the causal mask, n m, once per layer; with packed
+  batches masks per example, b n m; T5's relative position bias, h n m, or
+  b n m h when packed); its backward pass recomputes J, L, W, U block by
+  block, so its temporaries are its gradient op's outputs and accumulators
+  (FUSED_GRAD_COPIES Q-sized tensors) and a trainable bias term's gradient;
+  the blocks are not counted.
 * The layout: on a mesh `batch:B,model:P` each device holds batch / B
   examples; the model axis splits what the layout puts on it (`layout`,
   split_roles; by default step_time.py's: heads_k and heads_v, d_ff,
@@ -106,6 +116,12 @@ CORE_TENSORS = {
 # "gather" (the query splits) keeps K and V whole; "layer" splits the whole
 # layer over the batch (batch_split_gathered).
 ROLES = ("heads_k", "heads", "heads_v")
+# The attention core's kernel (mtf_th.core_kernel.kind, nn/core_kernel.py):
+# "einsum" keeps CORE_TENSORS, "fused" its softmax statistics and bias.
+KERNELS = ("einsum", "fused")
+# What the fused core's gradient op holds, in copies of its largest input
+# of Q, K, V: dQ, dK, dV and two accumulators (TensorFlow's allocator).
+FUSED_GRAD_COPIES = 5
 
 
 def split_roles(att, layout=None):
@@ -235,8 +251,67 @@ def _core_elements(att, b, n, m, p, core, roles):
              for r in CORE_TENSORS[att.variant])
 
 
+def fuses(att, p, core, roles, impl, dropout=False):
+  """Whether the fused core runs this layer (nn/core_kernel.py's rules as
+  the model states them): not general bilinear, no dynamic projections,
+  no attention dropout, float32 activations, and a heads-parallel core
+  whose projections mix heads keeps them whole on the model axis."""
+  if att.variant == spec_lib.BILINEAR or att.dynamic or dropout:
+    return False
+  if impl.activation_bytes != 4:  # bfloat16 activations
+    return False
+  return not (core == "heads" and p > 1 and att.mixes_heads and roles)
+
+
+def fused_bias(att, placement, b, n, m, p, core, relative_bias,
+               packed=False):
+  """Elements of the bias terms one fused core keeps for its gradient.
+
+  FusedCore keeps the terms mtf adds into the bias (core_kernel.bias_terms),
+  not their sum.  Unpacked (one sequence per row, the harness's), a
+  decoder's self-attention has the causal mask [n, m] and T5's relative
+  position bias is [h, n, m] (self-attention), once per layer.  Packed
+  (mtf_th train's: positions and segments per example) every mask is
+  [b, n, m] (causal and segment masks in decoder self-attention, the
+  segment mask elsewhere) and the relative bias [b, n, m, h]: its bucket
+  depends on each example's positions.  Split cores cut what has the split
+  dim (the query splits: every term; the batch splits: packed terms).
+
+  Args:
+    att: a model.Attention; placement: "enc_self", "dec_self" or "encdec".
+    b, n, m, p: examples per device, lengths, the model axis.
+    core: the strategy's memory_core.
+    relative_bias: the model's self-attention adds T5's relative bias.
+    packed: the batch is packed.
+  """
+  relative = relative_bias and placement != "encdec"
+  if packed:
+    masks = 2 if placement == "dec_self" else 1
+    elements = b * n * m * (masks + (att.heads if relative else 0))
+  else:
+    elements = n * m * ((placement == "dec_self") +
+                        (att.heads if relative else 0))
+  if core == "gather" or (core in ("split", "layer") and packed):
+    elements /= p  # the query (or batch) split cuts it
+  return elements
+
+
+def _fused_temporaries(att, b, n, m, p, core, roles, bias_grad):
+  """Elements the fused core's gradient op holds at once, per device: dQ,
+  dK, dV and two key-sized accumulators (FUSED_GRAD_COPIES of the largest
+  of Q, K, V, as the allocator's records show), and the bias's gradient
+  when the bias is trainable (bias_grad elements)."""
+  return FUSED_GRAD_COPIES * max(_qkvo(att, b, n, m, p, core, roles)[:3]) \
+      + bias_grad
+
+
+def _fused_elements(att, b, n, p, core, roles):
+  """The fused core's log-sum-exp [b, h, n], per device."""
+  return b * n * att.heads * _share("heads", roles, p, core)
+
+
 def attention_kept(att, d_model, n, m, b, p, impl, strategy="heads_parallel",
-                   recompute=False, dropout=False, roles=None):
+                   recompute=False, dropout=False, roles=None, bias=None):
   """(activation bytes, core bytes) one attention layer keeps, per device.
 
   Args:
@@ -250,9 +325,11 @@ def attention_kept(att, d_model, n, m, b, p, impl, strategy="heads_parallel",
       n x m x heads tensor kept).
     dropout: dropout on the attention weights (a mask is kept).
     roles: split_roles(att, layout) (None: step_time.py's layout).
+    bias: None: the einsum core; else the fused core runs the layer, which
+      keeps this many bias elements (fused_bias) and its statistics.
   Returns:
     (bytes of the sublayer's X-sized, Q, K, V, O, R tensors; bytes of its
-    n x m x heads tensors).
+    n x m x heads tensors, or of the fused core's statistics and bias).
   """
   core = strategy_table.ROWS[strategy].memory_core
   roles = split_roles(att) if roles is None else roles
@@ -266,6 +343,8 @@ def attention_kept(att, d_model, n, m, b, p, impl, strategy="heads_parallel",
     return kept * e, a * ec
   q, k, v, o = _qkvo(att, b, n, m, p, core, roles)
   kept += q + k + v + o + _dynamic_elements(att, b, n, m, p, roles)
+  if bias is not None:
+    return kept * e, (_fused_elements(att, b, n, p, core, roles) + bias) * ec
   a = 0.0 if recompute else _core_elements(att, b, n, m, p, core, roles)
   if dropout and not recompute:
     a += b * n * m * att.heads_v * _share("heads_v", roles, p, core)
@@ -306,7 +385,8 @@ def _largest_core(att, b, n, m, p, core, roles):
 
 
 def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
-            recompute=False, dropout=False, layout=None):
+            recompute=False, dropout=False, layout=None, kernel="einsum",
+            packed=False):
   """Predicted bytes per device of one training step.
 
   Args:
@@ -320,20 +400,29 @@ def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
     dropout: attention-weights dropout on (dropout_rate > 0).
     layout: the layout rules the model runs with (which heads dims the
       `model` axis splits, see split_roles); None: step_time.py's.
+    kernel: "einsum", or "fused": the fused core where it applies (fuses();
+      recompute then changes nothing for those layers: RecomputeCore runs
+      the fused core as it is).
+    packed: the batches are packed (mtf_th train's): the fused core keeps
+      a mask per example (fused_bias).
 
   Returns:
     dict of bytes per device: weights, gradients, optimizer, activations
-    (kept, core tensors excluded), core (the n x m x heads tensors kept),
-    temporaries, total; and parts {name: bytes} for the table.
+    (kept, core tensors excluded), core (the n x m x heads tensors kept,
+    or the fused core's statistics and bias), temporaries, total; and
+    parts {name: bytes} for the table.
 
   Raises:
     ValueError: naming the bad argument.
   """
   impl, strategy, b, p = _per_device(model, mesh_shape, impl, strategy)
+  if kernel not in KERNELS:
+    raise ValueError("kernel %r has no memory model; choose one of: %s"
+                     % (kernel, ", ".join(KERNELS)))
   e = impl.activation_bytes
   weights, slots, largest_weight = state_elements(model, p, layout)
   kept = core = 0.0
-  largest = recomputed = 0.0
+  largest = recomputed = fused_tmp = 0.0
   for _, n, placements in model_lib.stacks(model):
     x = b * n * model.d_model
     layer_kept = layer_core = 0.0
@@ -341,14 +430,24 @@ def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
       att = getattr(model, placement)
       s = _layer_strategy(att, strategy)
       roles = split_roles(att, layout)
-      k_bytes, c_bytes = attention_kept(att, model.d_model, n, m, b, p, impl,
-                                        s, recompute, dropout, roles)
+      tensors = strategy_table.ROWS[s].memory_core
+      bias = None
+      if kernel == "fused" and fuses(att, p, tensors, roles, impl, dropout):
+        bias = fused_bias(att, placement, b, n, m, p, tensors,
+                          model.relative_bias, packed)
+      k_bytes, c_bytes = attention_kept(
+          att, model.d_model, n, m, b, p, impl, s,
+          recompute and bias is None, dropout, roles, bias)
       layer_kept += k_bytes
       layer_core += c_bytes
-      one = _largest_core(att, b, n, m, p,
-                          strategy_table.ROWS[s].memory_core, roles)
-      largest = max(largest, one * impl.core_bytes)
-      if recompute:  # the layer's recomputed core: J, W, U and L again
+      if bias is None:
+        one = _largest_core(att, b, n, m, p, tensors, roles)
+        largest = max(largest, one * impl.core_bytes)
+      else:
+        fused_tmp = max(fused_tmp, _fused_temporaries(
+            att, b, n, m, p, tensors, roles, bias if model.relative_bias
+            and placement != "encdec" else 0) * e)
+      if recompute and bias is None:  # the recomputed core: J, W, U, L
         recomputed = max(recomputed, attention_kept(
             att, model.d_model, n, m, b, p, impl, s, False, dropout,
             roles)[1] + one * impl.core_bytes)
@@ -358,7 +457,7 @@ def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
   logits = b * model_lib.loss_positions(model) * model.vocab / p * e
   kept += logits
   # one layer's core recomputed at a time, on top of its gradients
-  temporaries = max(2 * logits, 2 * largest + recomputed)
+  temporaries = max(2 * logits, 2 * largest + recomputed, fused_tmp)
   state = MASTER_BYTES
   out = collections.OrderedDict([
       ("weights", weights * state),
@@ -367,12 +466,12 @@ def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
       ("temporaries", temporaries)])
   out["total"] = sum(out.values())
   out.update(mesh_shape=mesh_shape, strategy=strategy, recompute=recompute,
-             implementation=impl.name)
+             implementation=impl.name, kernel=kernel)
   return out
 
 
 def forward_attention(att, d_model, n, m, b, p, strategy="heads_parallel",
-                      roles=None):
+                      roles=None, bias=None):
   """Elements one attention layer holds at its forward peak, per device.
 
   Nothing is kept for a backward pass, so at the core's peak the layer
@@ -389,6 +488,8 @@ def forward_attention(att, d_model, n, m, b, p, strategy="heads_parallel",
     att, d_model, n, m, b, p: as attention_kept.
     strategy: a strategy_table name.
     roles: split_roles(att, layout) (None: step_time.py's layout).
+    bias: None: the einsum core; else the fused core runs the layer and
+      its bias (fused_bias) is live instead of the n x m x heads tensors.
   Returns:
     elements (multiply by the activation bytes).
   """
@@ -397,6 +498,8 @@ def forward_attention(att, d_model, n, m, b, p, strategy="heads_parallel",
   x = b * n * d_model
   core_live = ((3 if att.dynamic else 2) *
                _largest_core(att, b, n, m, p, core, roles))
+  if bias is not None:
+    core_live = bias + _fused_elements(att, b, n, p, core, roles)
   if att.variant == spec_lib.BILINEAR:
     return (x + b * n * d_model * att.heads * _share("heads", roles, p, core)
             + core_live)
@@ -445,7 +548,8 @@ def _layer_strategy(att, strategy):
 
 
 def predict_forward(model, mesh_shape="batch:1", impl="mtf_th", layout=None,
-                    strategy=None, decode=False):
+                    strategy=None, decode=False, kernel="einsum",
+                    packed=False):
   """Predicted bytes per device of one forward pass (eval, decode).
 
   No gradients, optimizer slots or activations kept for a backward pass:
@@ -476,7 +580,8 @@ def predict_forward(model, mesh_shape="batch:1", impl="mtf_th", layout=None,
   491520.0
 
   Args:
-    model, mesh_shape, impl, layout, strategy: as predict().
+    model, mesh_shape, impl, layout, strategy, kernel, packed: as
+      predict().
     decode: count the decoding state too.
   Returns:
     dict of bytes per device: weights, activations, total.
@@ -494,9 +599,14 @@ def predict_forward(model, mesh_shape="batch:1", impl="mtf_th", layout=None,
     for placement, m in placements:
       att = getattr(model, placement)
       roles = split_roles(att, layout)
+      s = _layer_strategy(att, strategy)
+      tensors = strategy_table.ROWS[s].memory_core
+      bias = None
+      if kernel == "fused" and fuses(att, p, tensors, roles, impl):
+        bias = fused_bias(att, placement, b, n, m, p, tensors,
+                          model.relative_bias, packed)
       layer = max(layer, forward_attention(
-          att, model.d_model, n, m, b, p, _layer_strategy(att, strategy),
-          roles))
+          att, model.d_model, n, m, b, p, s, roles, bias))
       if decode and stack == "decoder":
         state += model.num_layers * decode_caches(att, m, b, p, roles)
     peak = max(peak, earlier + (state + layer) * e)

@@ -291,7 +291,7 @@ def mesh_shapes(devices):
 
 
 def plan(model, hardware, devices, impl=None, margin=DEFAULT_MARGIN,
-         dropout=False, recompute_options=(False, True)):
+         dropout=False, recompute_options=(False, True), kernel="einsum"):
   """Every candidate, those that fit first, each group by step time.
 
   Args:
@@ -303,6 +303,8 @@ def plan(model, hardware, devices, impl=None, margin=DEFAULT_MARGIN,
     margin: the fraction of device memory left free.
     dropout: attention dropout on.
     recompute_options: which recompute settings to enumerate.
+    kernel: the attention core's kernel (memory.predict's; "fused": where
+      it applies, with packed batches, as `mtf_th train` runs it).
   Returns:
     [Candidate], sorted: fitting ones by step time, then the others by
     memory.
@@ -311,18 +313,22 @@ def plan(model, hardware, devices, impl=None, margin=DEFAULT_MARGIN,
   """
   hw = hardware_lib.get_hardware(hardware)
   spec_lib.positive_int("--devices", devices)
+  if devices > hardware_lib.MAX_CPU_DEVICES:  # before enumerating divisors
+    raise ValueError("--devices %d: the planner enumerates meshes of at most "
+                     "%d devices" % (devices, hardware_lib.MAX_CPU_DEVICES))
   if not 0 <= margin < 1:
     raise ValueError("--margin must be in [0, 1), got %r" % (margin,))
   impl = hardware_lib.implementation(
       impl or ("mtf_th_float32" if hw.name == "cpu" else "mtf_th"))
   usable = usable_bytes(hw.name, devices, margin)
-  out = []
+  out, why = [], []
   for shape in mesh_shapes(devices):
     mesh = model_lib.parse_mesh(shape)
     b, p = model.batch // mesh["batch"], mesh["model"]
     try:  # step_time's checks: batch divisible by B, split dims by P
       base = step_time.predict(model, hw, shape, impl)
-    except ValueError:
+    except ValueError as e:
+      why.append("%s: %s" % (shape, str(e).split("; choose")[0]))
       continue
     rules = layout(model, p)
     for strategy in strategy_table.NAMES:
@@ -337,7 +343,7 @@ def plan(model, hardware, devices, impl=None, margin=DEFAULT_MARGIN,
         if recompute and (strategy != "heads_parallel" or dropout):
           continue  # strategies.RecomputeCore: heads-parallel, no dropout
         mem = memory.predict(model, shape, impl, strategy, recompute,
-                             dropout, rules)
+                             dropout, rules, kernel, packed=True)
         extra, network = _adjust(model, hw, impl, b, p, mesh["batch"],
                                  strategy, recompute)
         out.append(Candidate(
@@ -345,10 +351,11 @@ def plan(model, hardware, devices, impl=None, margin=DEFAULT_MARGIN,
             base["network_s"] + network, mem["total"] <= usable,
             gin_bindings(model, shape, strategy, recompute)))
   if not out:
-    raise ValueError("no mesh of %d devices splits this model: the batch "
-                     "(%d) and the split dims must divide by its axes; "
-                     "choose another --devices or --batch"
-                     % (devices, model.batch))
+    raise ValueError("no mesh of %d devices splits this model (%s); choose "
+                     "another --devices or --batch"
+                     % (devices, "; ".join(why[:3] + (
+                         ["%d more" % (len(why) - 3)] if len(why) > 3
+                         else []))))
   out.sort(key=lambda c: (not c.fits, c.step_s if c.fits
                           else c.memory["total"]))
   return out
@@ -375,9 +382,8 @@ def what_would_fit(model, hardware, devices, impl=None, margin=DEFAULT_MARGIN,
         break
     except ValueError:
       continue
-  more = devices
-  for _ in range(6):
-    more *= 2
+  for more in hardware_lib.larger_devices(
+      hardware_lib.get_hardware(hardware).name, devices, 6):
     try:
       if any(c.fits for c in plan(model, hardware, more, impl, margin,
                                   dropout)):

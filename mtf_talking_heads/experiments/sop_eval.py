@@ -26,6 +26,7 @@ import tensorflow.compat.v1 as tf
 from mtf_talking_heads import training
 from mtf_talking_heads.training import checkpoints as checkpoints_lib
 from mtf_talking_heads.training import estimator as estimator_lib
+from mtf_talking_heads.training import identity
 
 EVAL_SEED = estimator_lib.EVAL_SEED  # fixed held-out noise, as mtf_th eval
 
@@ -131,7 +132,8 @@ def evaluate_sop(model_dir, gin_files=(), gin_params=(),
         "does)" % (model_dir, settings.mixture))
   checkpoints = checkpoints_lib.checkpoint_paths(model_dir, checkpoint_steps)
   checkpoints_lib.match_checkpoint_dtype(checkpoints[-1][1])
-  training.check_checkpoint_matches([p for _, p in checkpoints], settings)
+  identity.check_readers([p for _, p in checkpoints],
+                         identity.configured(settings))
   results = []
   fn = functools.partial(_score, results=results, checkpoints=checkpoints,
                          options={"split": split, "seed": seed,

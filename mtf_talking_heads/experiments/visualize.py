@@ -34,6 +34,8 @@ import os
 
 import numpy as np
 
+from mtf_talking_heads.runtime import identity
+from mtf_talking_heads.runtime import run_checks
 from mtf_talking_heads.runtime import run_files
 
 # Variable-name leaf of each talking-heads projection (layers.py).
@@ -65,9 +67,13 @@ def latest_checkpoint(model_dir, flag="--model_dir"):
     the checkpoint prefix.
 
   Raises:
-    ValueError: naming model_dir, if it holds no checkpoint.
+    ValueError: naming model_dir, if it holds no checkpoint or the one it
+      names is damaged (runtime/run_checks.prefix_refusal).
   """
   import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+  damaged = run_checks.prefix_refusal(model_dir, flag)
+  if damaged:
+    raise ValueError(damaged)
   if os.path.isdir(model_dir):
     path = run_files.latest_checkpoint(model_dir)
     if path is None:
@@ -115,12 +121,19 @@ def read_projections(model_dir, flag="--model_dir"):
   """
   import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
   path = latest_checkpoint(model_dir, flag)
-  reader = tf.train.load_checkpoint(path)
   found = collections.defaultdict(dict)
-  for name in sorted(reader.get_variable_to_shape_map()):
-    scope, _, leaf = name.rpartition("/")
-    if leaf in (P_L, P_W):
-      found[scope][leaf] = _as_matrix(name, reader.get_tensor(name))
+  try:
+    reader = tf.train.load_checkpoint(path)
+    for name in sorted(reader.get_variable_to_shape_map()):
+      scope, _, leaf = name.rpartition("/")
+      if leaf in (P_L, P_W):
+        found[scope][leaf] = _as_matrix(name, reader.get_tensor(name))
+  except tf.errors.OpError as e:  # e.g. data bytes garbled (a checksum)
+    cause = (str(e.message or e).strip().splitlines() or ["?"])[0]
+    raise ValueError(
+        "%s %s: TensorFlow cannot read checkpoint %s (%s): restore its "
+        "files, or pass another checkpoint" % (flag, model_dir, path,
+                                               cause)) from None
   if not found:
     raise ValueError(
         "checkpoint %s has no talking-heads projections (no variable named "
@@ -310,6 +323,30 @@ def plot_projections(layers, path, title=None):
   plt.close(fig)
 
 
+def check_same_model(path, baseline):
+  """The baseline checkpoint holds the same weights (names and shapes) as
+  checkpoint `path` (runtime/identity.py; optimizer slots aside).
+
+  Raises:
+    ValueError: one line naming --baseline and the difference.
+  """
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+
+  def shapes(prefix):
+    return identity.weights({name: (list(shape), None) for name, shape in
+                             tf.train.list_variables(prefix)})
+
+  difference = identity.describe_difference(
+      shapes(path), shapes(baseline), os.path.basename(path),
+      "the baseline", dtypes=False)
+  if difference:
+    raise ValueError(
+        "--baseline %s holds another model than %s: %s; pass a checkpoint "
+        "of the same model (e.g. %s)" % (
+            baseline, path, difference,
+            os.path.join(os.path.dirname(path), "model.ckpt-0")))
+
+
 def visualize(model_dir, output_dir=None, baseline=None):
   """Reads the latest checkpoint, writes the figure and the stats CSV.
 
@@ -325,9 +362,12 @@ def visualize(model_dir, output_dir=None, baseline=None):
     dict(checkpoint, png, csv, stats) where stats are projection_stats rows.
 
   Raises:
-    ValueError: no checkpoint, or no P_l / P_w in it.
+    ValueError: no checkpoint, no P_l / P_w in it, or a baseline of
+      another model (check_same_model).
   """
   path, layers = read_projections(model_dir)
+  if baseline:
+    check_same_model(path, latest_checkpoint(baseline, "--baseline"))
   if output_dir is None:
     output_dir = model_dir if os.path.isdir(model_dir) else os.path.dirname(
         model_dir)

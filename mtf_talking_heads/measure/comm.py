@@ -48,6 +48,7 @@ from mtf_talking_heads.estimate import auto_pricing
 from mtf_talking_heads.estimate import costs
 from mtf_talking_heads.estimate import prices
 from mtf_talking_heads.measure import harness
+from mtf_talking_heads.nn import core_kernel
 from mtf_talking_heads.nn import layers
 from mtf_talking_heads.nn import strategies
 from mtf_talking_heads.nn import validation
@@ -187,11 +188,19 @@ def core_activation_slices(lowering, dims):
     lowering: an mtf.Lowering.
     dims: the layer's AttentionDims.
   Returns:
-    (max_slice_elements, max_elements); (0, 0) if no core was found.
+    (max_slice_elements, max_elements); (0, 0) if no core was found.  A
+    fused core (core_kernel.FusedCore) counts the tensors its slices
+    compute block by block.
   """
   best_slice = best_size = 0
   for op in lowering.graph.operations:
     if "/%s/" % strategies.CORE_SCOPE not in "/" + op.name + "/":
+      continue
+    if isinstance(op, core_kernel.FusedCore):
+      impl = lowering.mesh_impl(op)
+      for shape in op.core_shapes():
+        best_slice = max(best_slice, impl.slice_size(shape))
+        best_size = max(best_size, shape.size)
       continue
     for t in op.outputs:
       if not strategies.is_core_activation(t.shape, dims):
@@ -241,7 +250,7 @@ def _setup(config, strategy_name, mesh_shape, layout):
 
 
 def measure(config, strategy_name, mesh_shape, layout=None, vocab=128,
-            lower_only=True):
+            lower_only=True, kernel="einsum"):
   """Builds the benchmark unit for one strategy and returns its figures.
 
   Args:
@@ -254,6 +263,10 @@ def measure(config, strategy_name, mesh_shape, layout=None, vocab=128,
       `layout` column then shows it).
     vocab: vocabulary size of the Unitransformer.
     lower_only: build and lower, do not open a session.
+    kernel: mtf_th.core_kernel.kind for the unit: "einsum" (the default:
+      the graph prices.py's formulas describe; the fused core sends the
+      same, except that query_split_allgather all-reduces dP_l, dP_w as
+      [h, h], not broadcast over the batch), or "fused" / "auto".
   Returns:
     dict with the COLUMNS plus einsum, einsum_unique, max_elements and
     ring_elements_per_device.
@@ -265,11 +278,12 @@ def measure(config, strategy_name, mesh_shape, layout=None, vocab=128,
   auto = isinstance(strategy, strategies.Auto)
   mesh = strategies.MeshLayout(mesh_shape, layout)
   strategy.check(layer.dims, mesh_shape, layout, config.batch, config.length)
-  run = harness.Harness(
-      [layer], d_model=config.d_model, vocab=vocab, batch=config.batch,
-      length=config.length, mesh_shape=mesh_shape, layout=layout,
-      optimizer_step=True, run=not lower_only,
-      mesh_impl_cls=PointToPointMeshImpl if lower_only else None)
+  with core_kernel.bound(kernel):
+    run = harness.Harness(
+        [layer], d_model=config.d_model, vocab=vocab, batch=config.batch,
+        length=config.length, mesh_shape=mesh_shape, layout=layout,
+        optimizer_step=True, run=not lower_only,
+        mesh_impl_cls=PointToPointMeshImpl if lower_only else None)
   summary = summarize_counters(run.lowering.counters, mesh_shape)
   max_slice, max_size = core_activation_slices(run.lowering, layer.dims)
   name = strategy.name

@@ -47,13 +47,14 @@ import tensorflow.compat.v1 as tf
 from mtf_talking_heads.estimate import model as model_lib
 from mtf_talking_heads.measure import comm
 from mtf_talking_heads.measure import harness
+from mtf_talking_heads.nn import core_kernel
 from mtf_talking_heads.nn import optimizers
 
 MeasureConfig = collections.namedtuple("MeasureConfig", [
     "variant", "heads", "d_k", "num_layers", "d_model", "d_ff", "vocab",
     "batch", "length", "mesh_shape", "layout", "dynamic", "groups",
-    "optimizer", "strategy", "recompute"],
-    defaults=("", (), None, "adafactor", "heads_parallel", False))
+    "optimizer", "strategy", "recompute", "kernel"],
+    defaults=("", (), None, "adafactor", "heads_parallel", False, "einsum"))
 MeasureConfig.__doc__ = """One measured configuration.
 
 variant: a model.py/costs variant ("multi_head", "talking_heads",
@@ -65,6 +66,8 @@ optimizer: "adafactor", "adam" or "lamb" (memory.py's OPTIMIZER_SLOTS).
 strategy: a sharding strategy name (strategies.STRATEGIES).
 recompute: the core recomputed in the backward pass (strategies.RecomputeCore,
 heads_parallel only).
+kernel: the attention core's kernel, mtf_th.core_kernel.kind ("einsum" or
+"fused": nn/core_kernel.py; memory.predict's kernel).
 """
 
 OPTIMIZERS = {
@@ -138,7 +141,7 @@ class StepGraph(object):
     layout = mtf.convert_to_layout_rules(full_layout(config, layer_list[0]))
     self.layout = layout
     self.graph = tf.Graph()
-    with self.graph.as_default():
+    with self.graph.as_default(), core_kernel.bound(config.kernel):
       tf.set_random_seed(1)
       mtf_graph = mtf.Graph()
       mesh = mtf.Mesh(mtf_graph, "mesh")
@@ -365,6 +368,15 @@ CONFIGS = (
     ("th_h8_n64_m2_recompute", dict(variant="talking_heads", heads=8,
                                     length=64, mesh_shape="model:2",
                                     recompute=True)),
+    # the fused core (nn/core_kernel.py): its statistics and mask, not J, W, U
+    ("th_h4_n64_1_fused", dict(variant="talking_heads", heads=4, length=64,
+                               mesh_shape="batch:1", kernel="fused")),
+    ("mh_h8_n64_b2_fused", dict(variant="multi_head", heads=8, length=64,
+                                mesh_shape="batch:2", kernel="fused")),
+    ("th_h8_n64_m4_bsplit_fused", dict(variant="talking_heads", heads=8,
+                                       length=64, mesh_shape="model:4",
+                                       strategy="batch_split",
+                                       kernel="fused")),
 )
 BASE = dict(d_k=16, num_layers=2, d_model=32, d_ff=64, vocab=128, batch=8)
 
@@ -392,17 +404,22 @@ def compare(names=None, auto_mtf=True, forward=False):
     graph = StepGraph(config, train=not forward)
     try:
       measured = measure(config, graph)["peak_bytes"]
-      estimated = auto_mtf_peak(graph) if auto_mtf else None
+      # auto_mtf's graph_interface fails on the fused core's graph (a
+      # KeyError freeing an optimizer tensor): einsum rows only
+      estimated = (auto_mtf_peak(graph) if auto_mtf and
+                   config.kernel == "einsum" else None)
     finally:
       graph.close()
     model = attention_model(config)
     if forward:
       predicted = memory.predict_forward(model, config.mesh_shape,
                                          "mtf_th_float32",
-                                         strategy=config.strategy)["total"]
+                                         strategy=config.strategy,
+                                         kernel=config.kernel)["total"]
     else:
       predicted = memory.predict(model, config.mesh_shape, "mtf_th_float32",
                                  strategy=config.strategy,
-                                 recompute=config.recompute)["total"]
+                                 recompute=config.recompute,
+                                 kernel=config.kernel)["total"]
     out.append((name, measured, predicted, estimated))
   return out

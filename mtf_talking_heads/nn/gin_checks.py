@@ -14,35 +14,20 @@ A configurable counts as used when the configuration references it
 never called except through such a reference are checked: transformer
 layer classes, sharding strategies and utils.tpu_mesh_shape; t5's MtfModel
 is never used by this package (training goes through mtf's utils.run).
+The messages are core/binding_checks.py's, which `mtf_th train` and `mtf_th
+plan` run on the gin text before TensorFlow loads: this module sees what
+only gin's live bindings show (e.g. a macro referred to only by a binding
+that a layer stack's scoped one shadows).
 """
-import difflib
-
 import gin
 from gin import config_parser
 
+from mtf_talking_heads.core import binding_checks
 from mtf_talking_heads.core import compat
 
 TPU_MESH_SHAPE = "mesh_tensorflow.transformer.utils.tpu_mesh_shape"
 MTF_MODEL = "t5.models.mtf_model.MtfModel"
 _MACRO = "gin.macro"
-
-# utils.tpu_mesh_shape / MtfModel parameters -> the binding to use instead.
-_MESH_ADVICE = {
-    "model_parallelism": (
-        "use --gin_param \"mesh_shape = 'model:{value}'\" (on a TPU slice "
-        "'batch:B,model:{value}' with B x {value} = its cores; "
-        "launch/tpu.py derives it from --accelerator)"),
-    "tpu_topology": (
-        "use --gin_param \"mesh_shape = 'batch:B,model:M'\" with B x M = the "
-        "slice's cores (launch/tpu.py derives it from --accelerator)"),
-    "ensemble_parallelism": (
-        "use --gin_param \"mesh_shape = 'ensemble:{value},model:M'\""),
-    "mesh_shape": "use --gin_param \"mesh_shape = {value}\"",
-    "layout_rules": "use --gin_param \"layout = {value}\"",
-    "batch_size": "use --gin_param \"batch_size = {value}\"",
-    "sequence_length": (
-        "use --gin_param \"inputs_length = N\" and \"targets_length = N\""),
-}
 
 
 def bindings(param):
@@ -107,12 +92,6 @@ def defined_macros():
                 if selector == _MACRO)
 
 
-def _did_you_mean(name, known):
-  close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
-  return (" Did you mean %s?" % " or ".join(repr(c) for c in close)
-          if close else "")
-
-
 def _reference_only(configurable):
   """True for configurables that run only when something references them."""
   if configurable.selector in (TPU_MESH_SHAPE, MTF_MODEL):
@@ -134,21 +113,7 @@ def _short(selector):
 def _check_macro(param, name, used_macros):
   if name in used_macros:
     return
-  raise ValueError(
-      "--gin_param %r binds the macro %r, which no gin file uses, so it "
-      "would change nothing.%s (Macros this configuration uses: %s.)" % (
-          param, name, _did_you_mean(name, used_macros),
-          ", ".join(sorted(used_macros))))
-
-
-def _mesh_message(param, configurable, arg_name, value):
-  advice = _MESH_ADVICE.get(arg_name, "use the mesh_shape / layout macros")
-  where = ("mtf_th trains with mesh_tensorflow's utils.run, not t5's "
-           "MtfModel" if configurable.selector == MTF_MODEL else
-           "utils.run.mesh_shape is the mesh_shape macro here, so "
-           "utils.tpu_mesh_shape is never called")
-  return "--gin_param %r is ignored: %s; %s." % (
-      param, where, advice.format(value=value))
+  raise ValueError(binding_checks.unused_macro(param, name, used_macros))
 
 
 def _check_configurable(param, statement, used_configurables):
@@ -162,18 +127,14 @@ def _check_configurable(param, statement, used_configurables):
       for s in used_configurables):
     return  # every mtf_th attention layer's default strategy
   if configurable.selector in (TPU_MESH_SHAPE, MTF_MODEL):
-    raise ValueError(_mesh_message(param, configurable, statement.arg_name,
-                                   statement.value))
+    raise ValueError(binding_checks.ignored_mesh_binding(
+        param, statement.arg_name, statement.value,
+        configurable.selector == MTF_MODEL))
   peers = sorted(
       _short(s) for s in used_configurables
       if _reference_only(compat.gin_configurable(s)))
-  raise ValueError(
-      "--gin_param %r binds %s, which this configuration never uses (no "
-      "@%s in any layer stack or binding), so it would change nothing.%s "
-      "(Used: %s.)" % (param, _short(configurable.selector),
-                       _short(configurable.selector),
-                       _did_you_mean(_short(configurable.selector), peers),
-                       ", ".join(peers) or "none"))
+  raise ValueError(binding_checks.unused_configurable(
+      param, _short(configurable.selector), peers))
 
 
 def check_params(gin_params):

@@ -17,6 +17,7 @@ import mesh_tensorflow as mtf
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads.nn import attention
+from mtf_talking_heads.nn import core_kernel
 
 
 _float32 = attention._float32  # pylint: disable=protected-access  (bf16 widened, float64 kept)
@@ -146,7 +147,7 @@ def _mix_heads(x, p, reduced, new, dynamic):
 
 def ordered_core(q, k, v, memory_length, dims, p_l=None, p_w=None,
                  dynamic_l=(), dynamic_w=(), bias=None, dropout_fn=None,
-                 fused_softmax=True):
+                 fused_softmax=True, layout=None):
   """attention.attention_core with its n x m x heads tensors heads-major.
 
   The same J, L, W, U, O (section 4 of the paper, appendix A for the dynamic
@@ -165,9 +166,20 @@ def ordered_core(q, k, v, memory_length, dims, p_l=None, p_w=None,
     fused_softmax: W by softmax_last (tf.nn.softmax on 2-D row views; needs
       memory_length unsplit), else by attention.compute_w (exp(L - max L) /
       sum in mtf ops, which a split memory_length can reduce across).
+    layout: the MeshLayout the core's tensors are laid out by (None:
+      unsplit), for core_kernel's choice.
   Returns:
     O[lead..., h_v, n..., d_v]
+
+  The whole core is one fused op per slice instead (core_kernel.FusedCore:
+  no n x m x heads tensor is kept) where mtf_th.core_kernel.kind allows and
+  the call fits it (core_kernel.fused_or_none).
   """
+  o = core_kernel.fused_or_none(q, k, v, memory_length, dims, p_l, p_w,
+                                dynamic_l, dynamic_w, bias, dropout_fn,
+                                layout)
+  if o is not None:
+    return o
   q, k = _float32(q), _float32(k)
   skip = (dims.heads_k, dims.d_k, memory_length)
   lead = [d for d in q.shape.dims if d in k.shape.dims and d not in skip]

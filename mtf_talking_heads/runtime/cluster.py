@@ -103,6 +103,12 @@ class Cluster(object):
       raise ClusterError(str(e)) from None
     self.device_type = "CPU"
     self.command = command
+    # the run on the cluster (estimator.run through training/liveness.py):
+    # its model_dir, whether it trains into it (resumes from its
+    # checkpoints) and, for eval, the checkpoints it has scored
+    self.model_dir = None
+    self.resumes = False
+    self.scored = []
 
   @property
   def num_tasks(self):
@@ -167,27 +173,51 @@ class Cluster(object):
           % (task, address, reason, time.time() - start, others,
              ",".join(self.addresses), task, self.devices_per_task))
 
-  def fault_message(self, model_dir, checkpoint_step, cause):
+  def fault_message(self, model_dir, checkpoint_step, cause, tasks=None,
+                    kept=None):
     """One line for a task lost mid-run: which, the checkpoint, the resume.
 
     Args:
-      model_dir: the run's model directory.
+      model_dir: the run's model directory (None: a reader, which reruns).
       checkpoint_step: the last complete checkpoint's step, or None.
       cause: a short description of the error TensorFlow raised.
+      tasks: the lost tasks when known (the liveness watchdog names the task
+        that stopped answering: a stopped task still accepts a TCP
+        connect); None: the tasks that refuse one now.
+      kept: what a reader keeps of its work, e.g. "eval_results.csv of
+        runs/x holds checkpoints 2, 4" (None: nothing).
     """
-    down = self.unreachable(timeout=2.0)
+    down = (self.unreachable(timeout=2.0) if tasks is None else
+            [(t, self.addresses[t], None) for t in tasks])
     which = ("task %s" % ", ".join("%d (%s)" % (t, a) for t, a, _ in down)
              if down else "a task (all answer again now)")
     saved = ("the last checkpoint of %s is step %d; " % (model_dir,
                                                          checkpoint_step)
              if checkpoint_step is not None else
              "%s has no checkpoint yet; " % model_dir if model_dir else "")
+    if kept:
+      saved += kept + "; "
     again = "resume" if model_dir else "rerun"
     resume = (" and %s with: %s" % (again, self.command)
               if self.command else "")
     return ("lost %s of the cluster (%s); not retried; %srestart the "
             "server%s%s" % (which, cause, saved, "s" if len(down) != 1 else "",
                             resume))
+
+
+  def lost_message(self, cause, checkpoint_step=None, tasks=None):
+    """fault_message for the run on the cluster (model_dir, resumes,
+    scored): a trainer's last checkpoint and resume command, a reader's
+    scored checkpoints and rerun command."""
+    if self.resumes:
+      return self.fault_message(self.model_dir, checkpoint_step, cause, tasks)
+    kept = None
+    if self.scored:
+      steps = sorted(set(self.scored))
+      kept = "eval_results.csv of %s holds checkpoint%s %s" % (
+          self.model_dir, "s" if len(steps) > 1 else "",
+          ", ".join(map(str, steps)))
+    return self.fault_message(None, None, cause, tasks, kept)
 
 
 _ACTIVE = []

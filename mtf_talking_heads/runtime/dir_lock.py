@@ -15,6 +15,11 @@ A lock file that is not held is stale and taken over, with a line saying so:
   * another host's (a shared file system, where flock may not reach across
     hosts): its heartbeat is older than STALE_AFTER_SECS (10 minutes).
 
+An empty lock file (what a crash between its truncation and its write
+leaves) is taken over as well.  A damaged one (a folder, another file's
+content, a field of the wrong type) is refused in one line saying to remove
+it if no other run writes there: nothing can tell whose it is.
+
 A clean exit (also Ctrl-C) removes the file.  Only local directories are
 locked; a gs:// model_dir (Cloud TPU runs) is not.
 
@@ -84,15 +89,75 @@ def _start_ticks(pid):
     return None
 
 
+# The lock file's fields and their types (a field may be absent: older
+# versions wrote fewer).
+_FIELDS = {"pid": (int,), "host": (str,), "command": (str,),
+           "started": (int, float), "boot": (str, type(None)),
+           "start_ticks": (int, type(None))}
+_WHAT = {"pid": "a process id", "host": "a host name",
+         "command": "a command line", "started": "a time in seconds",
+         "boot": "a boot id", "start_ticks": "a count of clock ticks"}
+
+
 def _read(path):
+  """The lock file's record: a dict, or None (no file, empty: a crash
+  between truncating and writing it, or damaged: see _damage)."""
   try:
-    with open(path) as f:
-      return json.load(f)
+    with open(path, "rb") as f:
+      info = json.loads(f.read().decode("utf-8"))
   except (OSError, ValueError):
     return None
+  return info if isinstance(info, dict) else None
+
+
+def _damage(path):
+  """Why the lock file at `path` is not one this module wrote (a phrase),
+  or None (no file, an empty one, or a sound one)."""
+  if not os.path.lexists(path):
+    return None
+  if os.path.isdir(path):
+    return "is a folder, not a lock file"
+  if not os.path.isfile(path):
+    return "is not a regular file"
+  try:
+    with open(path, "rb") as f:
+      data = f.read()
+  except OSError as e:
+    return "cannot be read (%s)" % (e.strerror or e)
+  if not data:
+    return None
+  try:
+    info = json.loads(data.decode("utf-8"))
+  except ValueError:
+    return "is not the JSON record a lock holds (%r)" % data[:40]
+  if not isinstance(info, dict):
+    return "holds %r, not a lock's record" % (info,)
+  for name, types in sorted(_FIELDS.items()):
+    value = info.get(name)
+    if name in info and (not isinstance(value, types)
+                         or isinstance(value, bool)):
+      return "has %s %r, not %s" % (name, value, _WHAT[name])
+  return None
+
+
+def damage_refusal(directory, flag):
+  """The one-line refusal of a damaged lock file (a folder, another
+  file's content, a field of the wrong type), or None."""
+  if not _is_local(directory):
+    return None
+  path = _path(directory)
+  why = _damage(path)
+  if why is None:
+    return None
+  return ("%s %s: its lock file %s %s: if no other run writes to %s, remove "
+          "it (rm %s%s) and rerun" % (flag, directory, path, why, directory,
+                                      "-r " if os.path.isdir(path) else "",
+                                      path))
 
 
 def _describe(info):
+  info = {k: v for k, v in info.items()
+          if k not in _FIELDS or isinstance(v, _FIELDS[k])}
   started = info.get("started")
   when = (datetime.datetime.fromtimestamp(started, datetime.timezone.utc)
           .strftime("%Y-%m-%d %H:%M:%S UTC") if started else "?")
@@ -132,9 +197,9 @@ def in_use(directory):
   if os.path.realpath(directory) in _held:
     return None
   path = _path(directory)
-  info = _read(path)
-  if info is None:
+  if not os.path.isfile(path):
     return None
+  info = _read(path) or {}  # {}: being written, or damaged (_damage)
   try:
     fd = os.open(path, os.O_RDONLY)
   except OSError:
@@ -150,17 +215,18 @@ def in_use(directory):
       held = True
   finally:
     os.close(fd)
-  if held or (info.get("host") != socket.gethostname()
-              and _holder_state(info, path) == "alive"):
+  if held or (info and info.get("host") != socket.gethostname() and
+              _damage(path) is None and _holder_state(info, path) == "alive"):
     return _describe(info)
   return None
 
 
 def refusal(directory, flag):
-  """The one-line refusal of a second writer, or None when it may write."""
+  """The one-line refusal of a second writer, or of a damaged lock file
+  (damage_refusal), or None when it may write."""
   holder = in_use(directory)
   if holder is None:
-    return None
+    return damage_refusal(directory, flag)
   return ("%s %s is in use by %s; wait for it to finish or stop it, or give "
           "another %s (eval and decode may share it)"
           % (flag, directory, holder, flag))
@@ -207,6 +273,8 @@ def acquire(directory, flag, log=None):
       return
     path = _path(directory)
     while True:
+      if os.path.lexists(path) and not os.path.isfile(path):
+        raise LockedError(damage_refusal(directory, flag))
       fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
       try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -226,6 +294,11 @@ def acquire(directory, flag, log=None):
       if same:
         break
       os.close(fd)
+    damaged = damage_refusal(directory, flag)
+    if damaged:
+      fcntl.flock(fd, fcntl.LOCK_UN)
+      os.close(fd)
+      raise LockedError(damaged)
     previous = _read(path)
     if previous:
       state = _holder_state(previous, path)
@@ -272,6 +345,30 @@ def release(directory):
     except OSError:
       pass
     os.close(fd)  # closing releases the flock
+
+
+def holds(directory):
+  """True while this process holds `directory`'s lock."""
+  return _is_local(directory) and os.path.realpath(directory) in _held
+
+
+def release_all():
+  """Releases every lock this process holds, whatever its hold count (a
+  process that ends at once: runtime/stops.py); waits at most a second
+  for another thread's acquire or release."""
+  if not _guard.acquire(timeout=1.0):
+    return
+  try:
+    for key in list(_held):
+      fd, _, stop = _held.pop(key)
+      stop.set()
+      try:
+        os.remove(os.path.join(key, LOCK_FILE))
+      except OSError:
+        pass
+      os.close(fd)
+  finally:
+    _guard.release()
 
 
 @contextlib.contextmanager

@@ -19,11 +19,16 @@ Files other commands read (keep the formats exactly):
       all_model_checkpoint_paths: "..." per kept checkpoint).
 
 Both CSV files are written so a crash (even kill -9) leaves at most a partial
-last line, which the next run removes before appending.  Two kinds of
-readers: read_train_log / read_eval_results repair the file (its owner, or
-anyone once the writer is done); scan_train_log / scan_eval_results never
-write and skip a line that does not parse (a watcher beside a live writer:
-the sweep's progress lines, the comparison).
+last line, which the next run removes before appending (a last row that is
+complete but lacks its newline is kept, the newline added).  Two kinds of
+readers: read_train_log / read_eval_results repair the file that way (its
+owner, or anyone once the writer is done); scan_train_log /
+scan_eval_results never write and skip a line that does not parse (a
+watcher beside a live writer: the sweep's progress lines, the comparison).
+A file that is damaged otherwise (a folder, binary, another header, a
+garbled line before the last) raises DamagedFile, one line naming the file
+and what to do, and is never rewritten; check_file checks one without
+writing (the commands, before TensorFlow).
 
 Imports only the standard library (the sweep and the comparison read these
 files without TensorFlow).  The checkpoint functions take the file
@@ -54,26 +59,114 @@ _LOG = logging.getLogger("tensorflow")
 # train_log.csv and eval_results.csv
 
 
+class DamagedFile(ValueError):
+  """A run's file that cannot be read as it was written (a folder, binary,
+  a garbled line); the message, one line, names the file and what to do.
+  Nothing is rewritten then."""
+
+
+# The writers' rows, complete: a last line without its newline that matches
+# is kept (the newline is added); one that does not was cut by a crash.
+_COMPLETE = {
+    TRAIN_LOG_FIELDS: re.compile(r"\d+,[^,]+,[^,]+,-?\d+\.\d{3}\Z"),
+    EVAL_FIELDS: re.compile(
+        r"\d+,[^,]+,(-?\d+\.\d{6}|nan|-?inf),\d+\Z")}
+_KINDS = {TRAIN_LOG_FIELDS: (int, float, float, float),
+          EVAL_FIELDS: (int, str, float, int)}
+
+
+def _read_text(path):
+  """The text of a run's file; DamagedFile (one line) if it is a folder or
+  not text."""
+  name = os.path.basename(path)
+  try:
+    with open(path, "rb") as f:
+      data = f.read()
+  except IsADirectoryError:
+    raise DamagedFile(
+        "%s is a folder, not the run's %s: move it away (mv %s %s.bad) and "
+        "rerun" % (path, name, path, path)) from None
+  if b"\0" in data:
+    why = "has NUL bytes"
+  else:
+    try:
+      return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+      why = "is not UTF-8 text (byte %d)" % e.start
+  raise DamagedFile(
+      "%s %s: it is not the run's %s as written; restore it from a copy, or "
+      "move it away (mv %s %s.bad) and rerun (its rows are then gone)"
+      % (path, why, name, path, path))
+
+
+def _row_parses(line, fields):
+  cells = line.split(",")
+  if len(cells) != len(fields) or not all(cells):
+    return False
+  try:
+    for kind, cell in zip(_KINDS[fields], cells):
+      kind(cell)
+  except ValueError:
+    return False
+  return True
+
+
+def _check_rows(path, fields):
+  """The rows of a run's CSV file and the text it should have.
+
+  Every line but the last must be the header or a row; the last line
+  without its newline is what a crash leaves: kept if it is a complete row
+  (_COMPLETE), else dropped (cut short).
+
+  Returns:
+    (text, sound text): equal unless the last line lacks its newline (a
+    missing or cut header included).
+  Raises:
+    DamagedFile: a folder, binary, another header, a line that is not a row.
+  """
+  text = _read_text(path)
+  header = ",".join(fields)
+  lines = text.split("\n")
+  last = lines.pop()  # "" when the text ends with a newline
+  if last and (_COMPLETE[fields].match(last) and lines
+               or not lines and last == header):
+    lines.append(last)
+  elif not lines:  # empty, or a header cut short
+    lines = [header if header.startswith(last) else last]
+  if lines[0] != header:
+    raise DamagedFile(
+        "%s: its first line is %r, not the header %s: it is not the run's "
+        "%s; restore it, or move it away (mv %s %s.bad) and rerun"
+        % (path, lines[0][:60], header, os.path.basename(path), path, path))
+  for number, line in enumerate(lines[1:], 2):
+    if not _row_parses(line, fields):
+      raise DamagedFile(
+          "%s: line %d (%r) is not a row of %s: correct or delete that line"
+          % (path, number, line[:60], header))
+  return text, "\n".join(lines) + "\n"
+
+
 def _repair(path, fields):
-  """Drops a partial last line and a missing header; returns the rows."""
+  """Drops a cut last line (adds a missing final newline); returns the rows.
+
+  Raises:
+    DamagedFile: see _check_rows (the file is left as it is).
+  """
   if not os.path.exists(path):
     return []
-  with open(path, "r", newline="") as f:
-    text = f.read()
-  if text and not text.endswith("\n"):
-    text = text[:text.rfind("\n") + 1]
-  lines = text.splitlines(True)
-  header = ",".join(fields) + "\n"
-  if not lines or lines[0] != header:
-    lines = [header] + [l for l in lines if l.strip() and l != header]
-  good = [lines[0]]
-  for line in lines[1:]:
-    if len(line.rstrip("\n").split(",")) == len(fields):
-      good.append(line)
-  new_text = "".join(good)
-  if new_text != text or not os.path.exists(path):
-    _write_atomic(path, new_text)
-  return list(csv.DictReader(io.StringIO(new_text)))
+  text, sound = _check_rows(path, fields)
+  if sound != text:
+    _write_atomic(path, sound)
+  return list(csv.DictReader(io.StringIO(sound)))
+
+
+def check_file(model_dir, name):
+  """Raises DamagedFile if <model_dir>/name (TRAIN_LOG or EVAL_RESULTS)
+  cannot be read; writes nothing (a cut last line is not damage)."""
+  path = os.path.join(model_dir, name)
+  if os.path.lexists(path):
+    _check_rows(path, {TRAIN_LOG: TRAIN_LOG_FIELDS,
+                       EVAL_RESULTS: EVAL_FIELDS}[name])
 
 
 def _write_atomic(path, text):
@@ -178,30 +271,32 @@ def scan_train_log(model_dir):
     [{field: number or None}] of TRAIN_LOG_FIELDS, in file order; a field
     is None where its cell does not parse (a line cut short); [] without a
     readable file.
+  Raises:
+    DamagedFile: the file is a folder or not text.
   """
   kinds = dict(zip(TRAIN_LOG_FIELDS, (int, float, float, float)))
   try:
-    with open(os.path.join(model_dir, TRAIN_LOG)) as f:
-      return [{k: _number(kinds[k], r.get(k)) for k in TRAIN_LOG_FIELDS}
-              for r in csv.DictReader(f)]
+    text = _read_text(os.path.join(model_dir, TRAIN_LOG))
   except OSError:
     return []
+  return [{k: _number(kinds[k], r.get(k)) for k in TRAIN_LOG_FIELDS}
+          for r in csv.DictReader(io.StringIO(text))]
 
 
 def scan_eval_results(model_dir, split="validation"):
   """{step: ln_ppl} of `split` in <model_dir>/eval_results.csv as written so
   far; never writes (a line that does not parse is skipped; {} without a
-  readable file)."""
+  readable file; DamagedFile for a folder or a file that is not text)."""
   out = {}
   try:
-    with open(os.path.join(model_dir, EVAL_RESULTS)) as f:
-      for r in csv.DictReader(f):
-        step, ln_ppl = _number(int, r.get("step")), _number(float,
-                                                            r.get("ln_ppl"))
-        if r.get("split") == split and step is not None and ln_ppl is not None:
-          out[step] = ln_ppl
+    text = _read_text(os.path.join(model_dir, EVAL_RESULTS))
   except OSError:
-    pass
+    return out
+  for r in csv.DictReader(io.StringIO(text)):
+    step, ln_ppl = _number(int, r.get("step")), _number(float,
+                                                        r.get("ln_ppl"))
+    if r.get("split") == split and step is not None and ln_ppl is not None:
+      out[step] = ln_ppl
   return out
 
 

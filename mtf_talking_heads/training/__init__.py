@@ -34,7 +34,8 @@ ValueError) that names the parameter and the fix.
 Files written to model_dir: checkpoints (model.ckpt-N.*, written by TF's
 Saver: data to a temporary name, then renamed, then the ``checkpoint`` index
 updated, so a killed run never leaves a listed checkpoint half-written),
-operative_config.gin, TensorBoard events (train; eval_<split>/), and the CSV
+operative_config.gin, model_identity.json, TensorBoard events (train;
+eval_<split>/), and the CSV
 files of runtime/run_files.py.
 
 The package, one job per file:
@@ -53,6 +54,9 @@ The package, one job per file:
   hooks.py        OrderReadsBeforeWritesHook (reproducible steps),
                   ProgressHook (train_log.csv, progress lines).
   checkpoints.py  which checkpoints to keep, which exist, whether they fit.
+  identity.py     the model a model_dir holds (model_identity.json, written
+                  at the first save) against the configured weights; what
+                  finetune loads and initialises.
   loop.py         mtf_th.train_model and train().
   evaluation.py   mtf_th.evaluate_checkpoints and evaluate().
   decoding.py     decode().
@@ -61,6 +65,8 @@ The package, one job per file:
   metrics.py      score(): downstream metrics (seqio metric_fns) of a
                   fine-tuned checkpoint, downstream_results.csv.
   tfds_data.py    --data_dir: t5's TFDS tasks read from it, checked first.
+  t5_api.py       mtf_model(): t5's Python API (t5.models.MtfModel) with
+                  this package's gin, trained as `mtf_th train` trains.
 gin/mtf_th.gin imports this package, which registers every mtf_th.*
 configurable above.
 """

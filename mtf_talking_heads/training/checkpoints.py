@@ -19,6 +19,8 @@ from mesh_tensorflow.transformer import utils as mtf_utils
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads.core import compat
+from mtf_talking_heads.runtime import checkpoint_index
+from mtf_talking_heads.runtime import run_checks
 from mtf_talking_heads.runtime import run_files
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import settings as settings_lib
@@ -37,7 +39,9 @@ class CheckpointKeeper(tf.train.CheckpointSaverListener):
   given (keep_checkpoint_steps), the step the run started from (0 for a
   fresh run, else the previous run's last checkpoint) and every step in
   eval_results.csv.  They stay on disk, complete but unlisted, and
-  checkpoint_steps() (used by eval and decode) still finds them.
+  checkpoint_steps() (used by eval and decode) still finds them.  After
+  each save it removes the model.ckpt-N_temp folders a killed save left
+  (N <= the step saved).
   """
 
   def __init__(self, model_dir, steps):
@@ -58,6 +62,13 @@ class CheckpointKeeper(tf.train.CheckpointSaverListener):
     self.saver.set_last_checkpoints_with_time([
         (path, t) for path, t in compat.checkpoints_with_time(self.saver)
         if run_files.checkpoint_step(path) not in keep])
+
+  def after_save(self, session, global_step_value):
+    """Removes the model.ckpt-N_temp folders of killed saves that this save
+    supersedes (N <= its step; runtime/checkpoint_index.py)."""
+    del session
+    checkpoint_index.remove_stale_temps(self._model_dir,
+                                        int(global_step_value))
 
 
 def _saver_hook_class(keeper, write_graph):
@@ -137,17 +148,23 @@ _GFILE = _GFileOps()
 def check_state(model_dir):
   """ConfigError if <model_dir>/checkpoint is damaged while checkpoints are
   here (run_files.damaged_state): nothing is read or written then."""
-  damage = run_files.damaged_state(model_dir, _GFILE)
-  if damage is None:
-    return
-  steps = sorted(run_files.checkpoint_step(p) for p in
-                 run_files.checkpoint_prefixes(model_dir, _GFILE))
-  raise errors.ConfigError(
-      "--model_dir %s: its 'checkpoint' file cannot be trusted (%s) while "
-      "model.ckpt-%s is here; training would start again at step 0 over it: "
-      "write model_checkpoint_path: \"model.ckpt-%d\" into that file, or use "
-      "a new --model_dir" % (model_dir, damage, ", ".join(map(str, steps)),
-                             steps[-1]))
+  message = run_checks.state_refusal(model_dir, _GFILE)
+  if message:
+    raise errors.ConfigError(message)
+
+
+def check_files(model_dir, writes=False, steps=None, pretrained=None):
+  """ConfigError (one line) if a file the run reads is damaged
+  (runtime/run_checks.py: the checkpoints it reads or resumes from, its
+  logs); `pretrained`: finetune's (directory, step), checked too."""
+  try:
+    run_checks.check(model_dir, writes=writes, steps=steps,
+                     logs=None if writes else ())
+    if pretrained is not None:
+      run_checks.check(pretrained[0], "--pretrained_model_dir",
+                       steps=pretrained[1], step_flag="--checkpoint_step")
+  except run_checks.DamagedFile as e:
+    raise errors.ConfigError(str(e)) from None
 
 
 def latest_checkpoint(model_dir):

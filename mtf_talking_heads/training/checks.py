@@ -11,8 +11,10 @@ import difflib
 import mesh_tensorflow as mtf
 
 from mtf_talking_heads.core import spec
+from mtf_talking_heads.nn import core_kernel
 from mtf_talking_heads.nn import models
 from mtf_talking_heads.nn import optimizers
+from mtf_talking_heads.nn import strategies
 from mtf_talking_heads.nn import validation
 from mtf_talking_heads.training import cluster as training_cluster
 from mtf_talking_heads.training import devices
@@ -148,6 +150,23 @@ def _check_strategy(layer, settings, batch, length):
         e, type(strategy).__name__, mesh_shape, settings.layout_string)) from e
 
 
+def check_core_kernel(settings, description, train):
+  """mtf_th.core_kernel.kind = "fused" where the fused core cannot run:
+  one ConfigError naming why (nn/core_kernel.check_before_graph)."""
+  mesh = None
+  if settings.mesh_shape is not None:
+    mesh = strategies.MeshLayout(settings.mesh_shape, settings.layout)
+  lengths = [v for v in settings.sequence_length.values()
+             if isinstance(v, int) and v > 0] or [1]
+  try:
+    core_kernel.check_before_graph(
+        [layer for _, layer in models.attention_layers(description)], mesh,
+        models.query("utils.get_variable_dtype.activation_dtype", "float32"),
+        train, bool(settings.tpu), settings.batch_size or 1, max(lengths))
+  except ValueError as e:
+    raise errors.ConfigError(str(e)) from e
+
+
 def _check_span_lengths(settings):
   """Span corruption: the targets must hold the dropped spans."""
   density = models.query("noise_density")
@@ -198,8 +217,9 @@ def preflight(tpu=None):
   except errors.ConfigError:
     raise
   except (ValueError, TypeError) as e:
-    raise errors.ConfigError("the model's layers reject their gin arguments: %s"
-                             % e) from e
+    raise errors.ConfigError(  # gin adds "In call to configurable" lines
+        "the model's layers reject their gin arguments: %s"
+        % (str(e).strip().splitlines() or [""])[0]) from e
   num_devices = None if tpu else devices.available_cpu_devices()
   training_cluster.check_mesh_size(settings.mesh_shape)  # --cluster: equal
   check_settings(settings, description, num_devices)

@@ -37,6 +37,13 @@ def active():
   return cluster_lib.active()
 
 
+def scored(step):
+  """eval has written checkpoint `step`'s result (a lost task's line names
+  the checkpoints scored: runtime/cluster.Cluster.lost_message)."""
+  if cluster_lib.active() is not None:
+    cluster_lib.active().scored.append(step)
+
+
 def session_config(base=None):
   """The estimator's ConfigProto on a cluster.
 
@@ -133,10 +140,90 @@ def _not_listed(active, error):
       "(%s)" % (active.addresses[0], first))
 
 
-def preflight(model_dir, data_paths=()):
-  """Asks the servers, before the graph: devices, then shared storage.
+def _task_of(name):
+  spec = tf.DeviceSpec.from_string(name)
+  return spec.task if spec.job == cluster_lib.JOB else None
 
-  Sets the active cluster's device_type ("GPU" when every task has K
+
+def _own_devices(active, task):
+  """{device name: incarnation} of the server at addresses[task]'s own
+  devices (a session on it whose device filter matches no other task, so
+  it asks no other task; the incarnation is a random number each server
+  start draws).
+
+  Raises:
+    ConfigError: it does not answer within PREFLIGHT_TIMEOUT_MS (stopped
+      or hung: it still accepts the TCP connect of the first probe).
+  """
+  config = tf.ConfigProto(isolate_session_state=True,
+                          operation_timeout_in_ms=PREFLIGHT_TIMEOUT_MS)
+  config.device_filters.append("/job:%s/task:%d" % (cluster_lib.JOB, 1 << 30))
+  try:
+    with tf.Graph().as_default(), tf.Session(
+        "grpc://" + active.addresses[task], config=config) as session:
+      return {d.name: d.incarnation for d in session.list_devices()}
+  except tf.errors.OpError as e:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    raise errors.ConfigError(
+        "task %d of --cluster (%s) accepts connections but does not answer "
+        "(%s: %s, timeout %d s): it is stopped, hung or not an `mtf_th "
+        "server`; restart it with `mtf_th server --cluster %s --task %d "
+        "--devices_per_task %d`" % (
+            task, active.addresses[task], type(e).__name__, first,
+            PREFLIGHT_TIMEOUT_MS // 1000, ",".join(active.addresses), task,
+            active.devices_per_task)) from None
+
+
+def check_same_cluster(active, own, listed):
+  """The client and the servers agree on one cluster, or ConfigError.
+
+  Args:
+    active: the client's Cluster (--cluster).
+    own: per task of --cluster, {device name: incarnation} of the devices
+      the server at that address runs itself (_own_devices).
+    listed: {device name: incarnation} of every device task 0 lists (its
+      cluster: the --cluster the servers were started with).
+  Raises:
+    ConfigError: a server listed at another place than its --task (the
+      order), task 0's cluster with other tasks than --cluster names (a
+      subset), or task 0 running a task on another server than the one at
+      that address (servers started with other --cluster lists).
+  """
+  spec = ",".join(active.addresses)
+  for task, devices in enumerate(own):
+    tasks = sorted(set(_task_of(n) for n in devices) - {None})
+    if tasks and tasks != [task]:
+      raise errors.ConfigError(
+          "--cluster lists %s as task %d, but that server is task %d of its "
+          "cluster (started with --task %d): give the client the --cluster "
+          "its servers were started with, in the same order"
+          % (active.addresses[task], task, tasks[0], tasks[0]))
+  theirs = sorted(set(_task_of(n) for n in listed) - {None})
+  if theirs != list(range(active.num_tasks)):
+    raise errors.ConfigError(
+        "task 0 (%s) is in a cluster of %d tasks (%s) but --cluster %s names "
+        "%d: give the client the --cluster its servers were started with, "
+        "every task in the same order" % (
+            active.addresses[0], len(theirs),
+            ", ".join("task %d" % t for t in theirs), spec, active.num_tasks))
+  for task, devices in enumerate(own):
+    seen = {n: i for n, i in listed.items() if _task_of(n) == task}
+    if any(seen.get(n, i) != i for n, i in devices.items()) or not (
+        set(seen) & set(devices)):
+      raise errors.ConfigError(
+          "task 0 (%s) runs its task %d on another server than %s (the "
+          "servers were started with other --cluster lists): start every "
+          "server with the client's --cluster %s" % (
+              active.addresses[0], task, active.addresses[task], spec))
+
+
+def preflight(model_dir, data_paths=()):
+  """Asks the servers, before the graph: one cluster, devices, storage.
+
+  Each server answers for itself (its task index and its devices'
+  incarnations), and task 0 lists its cluster's devices: they must be the
+  same tasks on the same servers as --cluster (check_same_cluster).  Sets
+  the active cluster's device_type ("GPU" when every task has K
   GPUs).  Writes a probe file into model_dir and reads it back on task 0,
   and lists every data path on task 0.
 
@@ -156,12 +243,15 @@ def preflight(model_dir, data_paths=()):
   with tf.io.gfile.GFile(probe, "w") as f:
     f.write(token)
   try:
+    own = [_own_devices(active, task) for task in range(active.num_tasks)]
     with tf.Graph().as_default(), tf.Session(active.target,
                                              config=config) as session:
       try:
-        names = [d.name for d in session.list_devices()]
+        listed = session.list_devices()
       except tf.errors.OpError as e:
         raise _not_listed(active, e) from e
+      check_same_cluster(active, own, {d.name: d.incarnation for d in listed})
+      names = [d.name for d in listed]
       active.device_type = _device_type(active, names)
       with tf.device(cluster_lib.device_name(0, 0, "CPU")):
         read = tf.io.read_file(probe)

@@ -123,6 +123,6 @@ def lost_task_error(e, model_dir, checkpoint_step):
                type(e).__name__)
   cause = "%s: %s" % (type(e).__name__, cause[:120])
   if model_dir is None:
-    return TrainingError(active.fault_message(None, None, cause))
+    return TrainingError(active.lost_message(cause))
   return TrainingError(
       active.fault_message(model_dir, checkpoint_step, cause))

@@ -19,6 +19,7 @@ from mtf_talking_heads.runtime import dir_lock
 from mtf_talking_heads.training import cluster as training_cluster
 from mtf_talking_heads.training import devices
 from mtf_talking_heads.training import errors
+from mtf_talking_heads.training import liveness
 
 # The seed every held-out scoring (eval, eval --metrics, decode, SOP) gives
 # its input pipeline and estimator, so each checkpoint sees identical inputs.
@@ -102,7 +103,7 @@ def run(model_dir, tpu, tpu_zone, gcp_project, fn, settings):
   training_cluster.preflight(model_dir, training_cluster.data_paths())
   kwargs = {} if fn is None else {"train_model_fn": fn}
   with gin.unlock_config(), no_session_recovery(tpu), \
-      training_cluster.bounded_session_close():
+      training_cluster.bounded_session_close(), liveness.watching(model_dir):
     mtf_utils.run(tpu_job_name=None, tpu=tpu, gcp_project=gcp_project,
                   tpu_zone=tpu_zone, model_dir=model_dir,
                   mesh_devices=mesh_devices, mode="train",

@@ -3,7 +3,8 @@
 Owns mtf_th.evaluate_checkpoints (the gin-configurable eval settings), the
 finite, deterministic held-out dataset (also decoding's source of inputs)
 and evaluate(): the mean token cross-entropy in nats over the split's
-target tokens, per checkpoint, appended to eval_results.csv.
+target tokens, per checkpoint, written to eval_results.csv as soon as that
+checkpoint is scored (a stopped eval keeps the ones it printed).
 """
 import functools
 import sys
@@ -15,6 +16,7 @@ import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads.core import compat
 from mtf_talking_heads.runtime import run_files
+from mtf_talking_heads.training import cluster as training_cluster
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import estimator as estimator_lib
 from mtf_talking_heads.training import setup
@@ -124,6 +126,9 @@ def _eval_with_estimator(estimator, vocabulary, sequence_length, batch_size,
     result = {"step": step, "split": options["split"],
               "ln_ppl": float(-metrics["neg_log_perplexity"]),
               "tokens": int(metrics["num_eval_tokens"])}
+    # recorded as soon as it is printed: a stopped eval keeps it
+    run_files.write_eval_results(estimator.model_dir, [result])
+    training_cluster.scored(step)  # --cluster: a lost task's line says so
     print("[eval] checkpoint %d: ln(PPL) %.4f over %d tokens"
           % (step, result["ln_ppl"], result["tokens"]), file=sys.stderr,
           flush=True)
@@ -147,6 +152,10 @@ def evaluate(model_dir, gin_files=(), gin_params=(), checkpoint_steps=None,
     TrainingError: an op failed (one line: the op, the cause, the fix).
   """
   estimator_lib.check_model_dir(model_dir)
+  try:  # written after each checkpoint: refused now if it cannot be read
+    run_files.check_file(model_dir, run_files.EVAL_RESULTS)
+  except run_files.DamagedFile as e:
+    raise errors.ConfigError(str(e)) from None
   settings, _, paths = setup.prepare("eval", model_dir, gin_files, gin_params,
                                      tpu, steps=checkpoint_steps)
   options = evaluate_checkpoints()
@@ -157,5 +166,4 @@ def evaluate(model_dir, gin_files=(), gin_params=(), checkpoint_steps=None,
                          paths=paths, options=options)
   with errors.op_errors_stop("evaluating %s" % model_dir):
     estimator_lib.run(model_dir, tpu, tpu_zone, gcp_project, fn, settings)
-  run_files.write_eval_results(model_dir, results)
   return results

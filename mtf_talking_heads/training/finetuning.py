@@ -3,7 +3,10 @@
 Owns finetune() (paper section 7.1: fine-tuning adds 131072 steps to the
 pre-trained model; gin/experiments/finetune.gin): it starts utils.run from
 the pre-trained checkpoint (init_checkpoint), never writes to the
-pre-training directory, and resumes like train(); and
+pre-training directory, and resumes like train(); it loads exactly the
+configured weights from that checkpoint, saying so in one line, and refuses
+a checkpoint of another model (another attention variant, other shapes)
+unless allow_partial_load (training/identity.check_pretrained); and
 binds mtf_th.warmup_linear_decay.start_step, so that BERT's and ALBERT's
 schedule warms up and decays over the fine-tuning steps only
 (experiments/finetune_bert.gin, finetune_albert.gin).
@@ -24,7 +27,7 @@ from mtf_talking_heads.training import setup
 
 def finetune(model_dir, pretrained_model_dir, gin_files=(), gin_params=(),
              finetune_steps=None, checkpoint_step=None, tpu=None,
-             tpu_zone=None, gcp_project=None):
+             tpu_zone=None, gcp_project=None, allow_partial_load=False):
   """Fine-tunes a pre-trained checkpoint (paper section 7.1).
 
   Starts from pretrained_model_dir's checkpoint at step P (latest, or
@@ -40,6 +43,9 @@ def finetune(model_dir, pretrained_model_dir, gin_files=(), gin_params=(),
     finetune_steps: steps to add (default: macro finetune_steps).
     checkpoint_step: the pre-training step to start from (default: latest).
     tpu, tpu_zone, gcp_project: a Cloud TPU; None = CPU.
+    allow_partial_load: start although the pre-trained checkpoint's
+      weights differ from the configured ones: load those of the same name
+      and shape, initialise the others (default: refused, one line).
   Returns:
     the rows of model_dir/train_log.csv.
   """
@@ -71,7 +77,8 @@ def finetune(model_dir, pretrained_model_dir, gin_files=(), gin_params=(),
   prepared = setup.prepare(
       "finetune", model_dir, gin_files, gin_params, tpu, tpu_zone,
       gcp_project, writes=True,
-      pretrained=(pretrained_model_dir, checkpoint_step), configure=configure)
+      pretrained=(pretrained_model_dir, checkpoint_step), configure=configure,
+      allow_partial_load=allow_partial_load)
   (step, path), = prepared.checkpoints
   print("[finetune] from %s (step %d) to step %d in %s"
         % (path, step, step + finetune_steps, model_dir), file=sys.stderr,

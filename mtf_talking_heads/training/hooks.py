@@ -15,6 +15,7 @@ import tensorflow.compat.v1 as tf
 from mtf_talking_heads.core import compat
 from mtf_talking_heads.runtime import progress
 from mtf_talking_heads.runtime import run_files
+from mtf_talking_heads.training import liveness
 
 _WRITE_OPS = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
               "ResourceScatterAdd", "ResourceScatterUpdate")
@@ -89,6 +90,7 @@ class ProgressHook(tf.train.SessionRunHook):
   def __init__(self, model_dir, train_steps, log_every_steps=1,
                print_every_secs=10.0, stream=None, label="train"):
     self.last_step = None  # the global step after the last update
+    self._run_start = time.time()
     self._log = run_files.TrainLog(model_dir)
     self._train_steps = train_steps
     self._log_every = max(int(log_every_steps), 1)
@@ -118,10 +120,12 @@ class ProgressHook(tf.train.SessionRunHook):
 
   def before_run(self, run_context):
     del run_context
+    self._run_start = time.time()
     return tf.train.SessionRunArgs(self._loss)
 
   def after_run(self, run_context, run_values):
     now = time.time()
+    liveness.note_step(now - self._run_start)  # --cluster: the probes' bound
     # read after the update (a separate tiny run: mtf's train op increments
     # the step without ordering it against reads in the same run)
     step = int(run_context.session.run(self._global_step))

@@ -14,11 +14,13 @@ import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads.nn import models
 from mtf_talking_heads.runtime import run_files
+from mtf_talking_heads.runtime import stops
 from mtf_talking_heads.training import checkpoints
 from mtf_talking_heads.training import cluster as training_cluster
 from mtf_talking_heads.training import errors
 from mtf_talking_heads.training import estimator as estimator_lib
 from mtf_talking_heads.training import hooks as hooks_lib
+from mtf_talking_heads.training import identity
 from mtf_talking_heads.training import setup
 
 
@@ -105,18 +107,22 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
   hook = hooks_lib.ProgressHook(model_dir, train_steps,
                                 log_every_steps=log_every_steps,
                                 print_every_secs=print_every_secs)
-  keeper = checkpoints.CheckpointKeeper(
+  keeper = _SaveMarkingKeeper(
       model_dir, list(keep_checkpoint_steps or ()) + [start])
   events_before = _events_files(model_dir)
   try:
     with estimator_lib.no_session_recovery(is_tpu(estimator)), \
-        checkpoints.checkpoint_policy(model_dir, keeper, write_graph):
+        checkpoints.checkpoint_policy(model_dir, keeper, write_graph), \
+        identity.recorded_at_first_save(model_dir):
       estimator.train(input_fn=input_fn, max_steps=train_steps,
                       hooks=[hooks_lib.OrderReadsBeforeWritesHook(), hook] +
                       _trace_hooks(model_dir, trace_every_steps) +
                       list(hooks or ()))
   except tf.errors.OpError as e:
     _discard_failed_attempt(model_dir, start, events_before)
+    if stops.stop_signal() is not None:  # the op failed because of the stop
+      raise errors.Interrupted(
+          model_dir, checkpoints.latest_step(model_dir)) from None
     if start and isinstance(e, (tf.errors.NotFoundError,
                                 tf.errors.InvalidArgumentError)) and (
                                     "checkpoint" in str(e).lower() or
@@ -135,6 +141,37 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
     _discard_failed_attempt(model_dir, start, events_before)
     raise errors.Interrupted(
         model_dir, checkpoints.latest_step(model_dir)) from None
+  except Exception:  # pylint: disable=broad-except
+    if stops.stop_signal() is None:
+      raise
+    # a stop that landed in graph-building code, whose context managers
+    # replace the KeyboardInterrupt (TF's variable_scope: "Improper nesting
+    # of variable_scope"): still the stop's one line
+    _discard_failed_attempt(model_dir, start, events_before)
+    raise errors.Interrupted(
+        model_dir, checkpoints.latest_step(model_dir)) from None
+  reached = checkpoints.latest_step(model_dir) or 0
+  if reached < train_steps and stops.stop_signal() is None:
+    # the dataset is repeated: it ends early only when it yields nothing
+    raise errors.TrainingError(
+        "the training data ended at step %d of %d: task %r yields no "
+        "example from its %s split (check its data, e.g. "
+        "th_data.corpus_paths); fix it and train into a new --model_dir"
+        % (reached, train_steps, models.query("MIXTURE_NAME"),
+           dataset_split))
+
+
+class _SaveMarkingKeeper(checkpoints.CheckpointKeeper):
+  """The keeper, also marking each save in progress (runtime/stops.py: a
+  forced stop waits for the save this process writes)."""
+
+  def before_save(self, session, global_step_value):
+    stops.save_started()
+    super().before_save(session, global_step_value)
+
+  def after_save(self, session, global_step_value):
+    stops.save_ended()
+    super().after_save(session, global_step_value)
 
 
 def _trace_hooks(model_dir, every_steps):

@@ -75,7 +75,8 @@ def parse_gin(gin_files=(), gin_params=(), extra_params=()):
 
 
 def _gin_message(e):
-  message = str(e).strip()
+  """gin's first line (it adds "In bindings string line 1" and the text)."""
+  message = (str(e).strip().splitlines() or [""])[0]
   if "No configurable matching" in message:
     message += (" (check the spelling; this package's layers are "
                 "mtf_th.<Variant>Attention / mtf_th.<Variant>EncoderAttention, "

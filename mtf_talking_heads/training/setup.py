@@ -16,6 +16,7 @@ import tensorflow.compat.v1 as tf
 from mtf_talking_heads.training import checkpoints
 from mtf_talking_heads.training import checks
 from mtf_talking_heads.training import estimator as estimator_lib
+from mtf_talking_heads.training import identity
 from mtf_talking_heads.training import model_size
 from mtf_talking_heads.training import settings as settings_lib
 
@@ -28,20 +29,25 @@ Prepared = collections.namedtuple("Prepared",
 
 def prepare(what, model_dir, gin_files=(), gin_params=(), tpu=None,
             tpu_zone=None, gcp_project=None, writes=False, steps=None,
-            pretrained=None, extra_params=(), configure=None, check=None):
+            pretrained=None, extra_params=(), configure=None, check=None,
+            allow_partial_load=False):
   """Runs the setup sequence of a train, eval, decode or finetune run.
 
   In order: (0) model_dir's `checkpoint` file is sound if checkpoints are
-  there (checkpoints.check_state); (1) the checkpoints: a reader's `steps`
-  of model_dir, or
-  finetune's `pretrained` one; (2) gin: gin_files (a reader without them:
-  model_dir's operative_config.gin), gin_params, extra_params; a reader
+  there (checkpoints.check_state), and the checkpoints and logs it reads
+  are not damaged (checkpoints.check_files); (1) the checkpoints: a
+  reader's `steps` of model_dir, or finetune's `pretrained` one; (2)
+  gin: gin_files (a reader without them: model_dir's
+  operative_config.gin), gin_params, extra_params; a reader
   then reads its checkpoints in their dtype (bf16 or f32); (3)
   configure(checkpoints); (4) the pre-flight and the size line "[what]
-  model: ..."; (5) check(settings); (6) the checkpoints hold the configured
-  variables (a reader's all of them; finetune's pre-trained one may lack
-  new variables), and a writer's latest checkpoint in model_dir, which it
-  resumes from, too; (7) a writer resolves --tpu and creates model_dir.
+  model: ..."; (5) check(settings); (6) the model (training/identity.py):
+  a reader's checkpoints hold exactly the configured weights; a writer's
+  model_dir holds no other model (model_identity.json, or its latest
+  checkpoint), and finetune's pre-trained checkpoint holds the configured
+  weights (or, with allow_partial_load, those of the same name and shape
+  are loaded: one line says which); (7) a writer resolves --tpu and
+  creates model_dir.
 
   Args:
     what: "train", "eval", "decode" or "finetune": the size line's label.
@@ -60,12 +66,15 @@ def prepare(what, model_dir, gin_files=(), gin_params=(), tpu=None,
       fine-tuning schedule).
     check: called with the Settings after the size line, before the
       checkpoints are compared.
+    allow_partial_load: finetune's --allow_partial_load (identity.
+      check_pretrained).
   Returns:
     Prepared(settings, description, checkpoints).
   Raises:
     ConfigError: the first problem, in one line.
   """
   checkpoints.check_state(model_dir)
+  checkpoints.check_files(model_dir, writes, steps, pretrained)
   if writes:
     found = [] if pretrained is None else checkpoints.checkpoint_paths(
         pretrained[0], pretrained[1], "--pretrained_model_dir")[:1]
@@ -78,21 +87,19 @@ def prepare(what, model_dir, gin_files=(), gin_params=(), tpu=None,
   if configure is not None:
     configure(found)
   settings, description = checks.preflight(tpu)
+  checks.check_core_kernel(settings, description, train=writes)
   model_size.report(settings, description, what)
   if check is not None:
     check(settings)
+  model = identity.configured(settings, gin_files,
+                              list(gin_params) + list(extra_params))
   if not writes:
-    checkpoints.check_checkpoint_matches([path for _, path in found],
-                                         settings)
+    identity.check_readers([path for _, path in found], model)
     return Prepared(settings, description, found)
+  identity.check_writer(model_dir, model)
   if found:
-    checkpoints.check_checkpoint_matches([found[0][1]], settings,
-                                         "--pretrained_model_dir",
-                                         missing_ok=True)
-  latest = (checkpoints.latest_checkpoint(model_dir)
-            if tf.io.gfile.exists(model_dir) else None)
-  if latest is not None:
-    checkpoints.check_checkpoint_matches([latest], settings)
+    identity.check_pretrained(found[0][1], found[0][0], model,
+                              allow_partial_load)
   estimator_lib.check_tpu(tpu, tpu_zone, gcp_project)
   tf.io.gfile.makedirs(model_dir)
   return Prepared(settings, description, found)

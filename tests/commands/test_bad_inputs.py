@@ -230,8 +230,12 @@ TWELVE = ["--gin_param", "heads_k = 12", "--gin_param", "heads = 12",
 TPU = ["--dry_run", "--name", "th24", "--zone", "europe-west4-a",
        "--project", "proj", "--model_dir", "gs://bucket/runs/th24"]
 EXPERIMENT = ["--experiment", "experiments/t5_heads/07_talking_heads_24_32.gin"]
-SHAPE_WORDS = ["--model_dir", "TalkingHeadsAttention/p_", "24, 32] but this "
-               "configuration makes it [32, 12, 32]", "operative_config.gin"]
+# another model than the one trained: refused from the gin text
+# (runtime/identity.py; tests/commands/test_bad_inputs_identity.py)
+SHAPE_WORDS = ["--model_dir", "holds a model trained with heads = 24, "
+               "heads_k = 24, heads_v = 24 (", "model_identity.json), but "
+               "this configuration makes heads = 12, heads_k = 12, heads_v = "
+               "12: "]
 AFTER_TF = {
     "issue8_other_shape_train": (
         "train", ["--model_dir", "{model_dir}", "--train_steps", "2"] + T5 +
@@ -261,11 +265,12 @@ AFTER_TF = {
         "tpu", TPU + ["--experiment", "experiments/t5_heads/99_no.gin",
                       "--accelerator", "v3-8"], ["99_no.gin", "no such file"]),
     # the scale-file-last mistake's model (base T5) cannot fit in RAM:
-    # memory.py's prediction (fit_check.cpu_refusal) before the graph
+    # memory.py's prediction (fit_check.cpu_refusal) before the graph,
+    # with the fused core (203.92 GiB with kind = "einsum")
     "base_model_exceeds_ram": (
         "train", ["--model_dir", "{base}/base", "--gin_file",
                   "experiments/t5_heads/07_talking_heads_24_32.gin"],
-        ["mtf_th train: error: predicted 203.92 GiB per device for mesh "
+        ["mtf_th train: error: predicted 104.45 GiB per device for mesh "
          "model:1 (1 device)", "models/t5_tiny.gin) as the LAST --gin_file"]),
     # a --module_import registers more tasks: --task is then checked after
     # the import (tfds_data.get_provider), with the user's names

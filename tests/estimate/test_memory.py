@@ -100,10 +100,55 @@ def test_bad_arguments():
   assert memory.device_memory("tpu_v2") == 8 * memory.GiB
 
 
+def test_fused_core_keeps_statistics_and_masks_not_j_w_u():
+  """The fused core keeps, per layer, the log-sum-exp [b, h, n] and the
+  causal mask [n, m] (packed: the causal and segment masks [b, n, m] and a
+  relative bias [b, n, m, h]); a heads-parallel core with split projected
+  heads, dynamic projections, dropout and bfloat16 keep the einsum core's
+  tensors."""
+  model = _lm("talking_heads", heads=4, d_k=16, batch=2, length=8, layers=2)
+  fused = memory.predict(model, "batch:1", F32, kernel="fused")
+  assert fused["core"] == 2 * (2 * 8 * 4 + 8 * 8) * 4
+  packed = memory.predict(model, "batch:1", F32, kernel="fused",
+                          packed=True)
+  assert packed["core"] == 2 * (2 * 8 * 4 + 2 * 2 * 8 * 8) * 4
+  relative = memory.predict(model._replace(relative_bias=True), "batch:1",
+                            F32, kernel="fused", packed=True)
+  assert relative["core"] == 2 * (2 * 8 * 4 + 2 * (2 + 4) * 8 * 8) * 4
+  einsum = memory.predict(model, "batch:1", F32)["core"]
+  assert einsum == 2 * 3 * (2 * 8 * 8 * 4) * 4
+  # where it does not apply: the einsum core's
+  assert memory.predict(model, "model:2", F32, kernel="fused")["core"] == \
+      memory.predict(model, "model:2", F32)["core"]
+  for kw in (dict(dropout=True), dict(impl="mtf")):
+    args = dict(dict(impl=F32), **kw)
+    assert memory.predict(model, "batch:1", kernel="fused", **args)[
+        "core"] == memory.predict(model, "batch:1", **args)["core"]
+  dynamic = _lm("talking_heads", heads=4, d_k=16, dynamic=("x2l",))
+  assert memory.predict(dynamic, "batch:1", F32, kernel="fused")["core"] == \
+      memory.predict(dynamic, "batch:1", F32)["core"]
+  # a split strategy's core takes it, with the heads split
+  assert memory.predict(model, "model:2", F32, strategy="batch_split",
+                        kernel="fused")["core"] == 2 * (2 * 8 * 4 / 2 + 64) * 4
+  with pytest.raises(ValueError, match="kernel 'flash' has no memory model"):
+    memory.predict(model, kernel="flash")
+
+
+def test_fit_check_and_plan_take_the_fused_core_on_cpu():
+  from mtf_talking_heads.core import gin_text  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.estimate import fit_check  # pylint: disable=g-import-not-at-top
+  files = ["experiments/lm_heads/06_talking_heads_8_16.gin"]
+  config = gin_text.GinConfig(files)
+  assert fit_check.kernel_of(config, "cpu") == "fused"
+  assert fit_check.kernel_of(config, "tpu_v3") == "einsum"
+  einsum = gin_text.GinConfig(files, ["mtf_th.core_kernel.kind = 'einsum'"])
+  assert fit_check.kernel_of(einsum, "cpu") == "einsum"
+
+
 # ---------------------------------------------------------------------------
 # Measured: benchmarks/memory.py's configurations.
 
-MEASURED = ("th_h4_n32_1", "th_h8_n32_m4_bsplit")
+MEASURED = ("th_h4_n32_1", "th_h8_n32_m4_bsplit", "th_h4_n64_1_fused")
 
 
 @pytest.fixture(scope="module")

@@ -30,9 +30,10 @@ def _cli(argv, capsys):
 def test_paper_setup_fits(capsys):
   # Table 1's talking heads 24 x 32 at the paper's batch 128 on a v3-32:
   # 4 sequences per core fit (6.74 GiB of 16), data parallel or with a
-  # model axis of 2
+  # model axis of 2 (the paper's T5 vocabulary: --vocab 32128)
   status, out, err = _cli(["--gin_file", TH24, "--hardware", "tpu_v3",
-                           "--devices", "32", "--format", "csv"], capsys)
+                           "--devices", "32", "--format", "csv", "--vocab",
+                           "32128"], capsys)
   assert status == 0, err
   rows = list(csv.DictReader(io.StringIO(out)))
   assert len(rows) == 10  # --top's default
@@ -110,29 +111,31 @@ def test_strategy_tables_are_sharding_strategies():
 
 def test_nothing_fits_one_line_and_status_1(capsys):
   # the paper's batch 128 on a v2-8: 16 sequences per 8 GiB core; even
-  # with the core recomputed talking heads 48 x 16 needs 9.53 GiB
+  # with the core recomputed talking heads 48 x 16 needs 9.53 GiB (the
+  # paper's vocabulary); the next v2 slice is a v2-32
   status, out, err = _cli(["--gin_file", TH48, "--hardware", "tpu_v2",
-                           "--devices", "8"], capsys)
+                           "--devices", "8", "--vocab", "32128"], capsys)
   assert status == 1 and not out
   assert err.count("\n") == 1, err
   assert err == (
       "mtf_th plan: nothing fits: the smallest is 9.53 GiB per device "
       "(batch:8,model:1, heads_parallel+recompute) against 7.20 GiB usable "
       "of 8.00 GiB on tpu_v2 (10% margin), batch 128 on 8 devices; it "
-      "would fit with --batch 64 (8 per device) or --devices 16 (a larger "
+      "would fit with --batch 64 (8 per device) or --devices 32 (a larger "
       "slice)\n")
 
 
 def test_bert_768_heads_fits_nowhere_as_docs_costs_md_says(capsys):
   """docs/costs.md quotes this line for the 768-head BERT row (dropout 0.1:
-  no recomputed core) on a v3-32."""
+  no recomputed core) on a v3-32, with its task's vocabulary (th_mlm:
+  8100 ids, padded to 8192) as benchmarks/auto_mtf_layout.py prices it."""
   status, out, err = _cli(
       ["--gin_file", "experiments/bert_heads/10_talking_heads_768_1.gin",
        "--hardware", "tpu_v3", "--devices", "32"], capsys)
   line = err.strip()
   assert status == 1 and not out
   assert line == (
-      "mtf_th plan: nothing fits: the smallest is 302.76 GiB per device "
+      "mtf_th plan: nothing fits: the smallest is 302.41 GiB per device "
       "(batch:16,model:2, batch_split) against 14.40 GiB usable of 16.00 GiB "
       "on tpu_v3 (10% margin), batch 256 on 32 devices; it would fit with "
       "--batch 8 (0.25 per device) or --devices 1024 (a larger slice)")
@@ -164,7 +167,11 @@ def test_recompute_rows_trade_memory_for_time():
     (["--gin_file", TH24, "--hardware", "tpu_v3", "--devices", "8",
       "--margin", "1.5"], "--margin must be in [0, 1), got 1.5"),
     (["--gin_file", TH24, "--hardware", "tpu_v3", "--devices", "3"],
-     "no mesh of 3 devices splits this model"),
+     "--devices 3: tpu_v3 has no slice of 3 devices; its slices have 8, 32,"),
+    (["--gin_file", TH24, "--hardware", "cpu", "--devices", "3"],
+     "no mesh of 3 devices splits this model (batch:3,model:1: batch 128 is "
+     "not divisible by the mesh's batch axis (3); batch:1,model:3: vocab "
+     "(8192) is not divisible"),
 ])
 def test_bad_arguments_exit_2(argv, pattern, capsys):
   status, out, err = _cli(argv, capsys)
@@ -224,7 +231,9 @@ def test_train_refuses_on_cpu_a_step_that_cannot_fit():
   with pytest.raises(training.ConfigError) as e:
     common.memory_check(args, training)
   line = str(e.value)
-  assert line.startswith("predicted 43817.78 GiB per device for mesh "
+  # the fused core (on CPU unless mtf_th.core_kernel.kind = "einsum"):
+  # packed T5 keeps its relative bias [b, n, m, h] and masks [b, n, m]
+  assert line.startswith("predicted 42806.95 GiB per device for mesh "
                          "model:1 (1 device) but this machine's ")
   assert "(10% left free): give a smaller scale file" in line
   assert line.endswith(

@@ -123,3 +123,47 @@ def test_not_in_use_is_a_usage_error(tmp_path):
     holder.kill()
     holder.wait()
   prechecks.not_in_use(model_dir, "--model_dir")  # dead holder: free
+
+
+@pytest.mark.parametrize("content, why", [
+    (None, "is a folder, not a lock file"),
+    ('{"pid": "x", "host": "h"}', "has pid 'x', not a process id"),
+    ('{"pid": 5, "host": 5}', "has host 5, not a host name"),
+    ('{"pid": 5, "started": "yesterday"}',
+     "has started 'yesterday', not a time in seconds"),
+    ('{"pid": true}', "has pid True, not a process id"),
+    ("[1, 2]", "holds [1, 2], not a lock's record"),
+    ("garbage", "is not the JSON record a lock holds (b'garbage')"),
+])
+def test_a_damaged_lock_file_is_refused_in_one_line(tmp_path, content, why):
+  """Nothing can tell whose a damaged lock is: refused (before and at the
+  hold), never taken over or rewritten; an empty one (a crash between the
+  truncation and the write) is taken over."""
+  model_dir = str(tmp_path)
+  lock = os.path.join(model_dir, dir_lock.LOCK_FILE)
+  if content is None:
+    os.mkdir(lock)
+  else:
+    with open(lock, "w") as f:
+      f.write(content)
+  expected = ("--model_dir %s: its lock file %s %s: if no other run writes "
+              "to %s, remove it (rm %s%s) and rerun" % (
+                  model_dir, lock, why, model_dir,
+                  "-r " if content is None else "", lock))
+  assert dir_lock.refusal(model_dir, "--model_dir") == expected
+  with pytest.raises(dir_lock.LockedError) as e:
+    dir_lock.acquire(model_dir, "--model_dir")
+  assert str(e.value) == expected
+  assert os.path.isdir(lock) if content is None else (
+      open(lock).read() == content)
+  assert os.listdir(model_dir) == [dir_lock.LOCK_FILE]
+
+
+def test_an_empty_lock_file_is_taken_over(tmp_path):
+  model_dir = str(tmp_path)
+  open(os.path.join(model_dir, dir_lock.LOCK_FILE), "w").close()
+  assert dir_lock.refusal(model_dir, "--model_dir") is None
+  with dir_lock.hold(model_dir, "--model_dir"):
+    with open(os.path.join(model_dir, dir_lock.LOCK_FILE)) as f:
+      assert json.load(f)["pid"] == os.getpid()
+  assert os.listdir(model_dir) == []

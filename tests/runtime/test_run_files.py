@@ -198,3 +198,94 @@ def test_damaged_state_without_checkpoints_is_harmless(tmp_path):
   (tmp_path / "checkpoint").write_text("garbage")
   assert run_files.damaged_state(str(tmp_path)) is None
   assert run_files.damaged_state(str(tmp_path / "missing")) is None
+
+
+# --------------------------------------------------------------------------
+# issue 35: a cut last line survives, anything else damaged is named
+
+HEADER = "step,loss,steps_per_sec,elapsed_sec\n"
+
+
+@pytest.mark.parametrize("tail, kept", [
+    ("3,2.3,2,1.700\n", [1, 2, 3]),   # sound
+    ("3,2.3,2,1.700", [1, 2, 3]),     # complete, no final newline: kept
+    ("3,2.3,2,1.7", [1, 2]),          # cut inside elapsed_sec: dropped
+    ("3,2.3,2.", [1, 2]),             # cut inside a row: dropped
+])
+def test_a_resumed_log_keeps_every_row_after_a_cut_last_line(tmp_path, tail,
+                                                             kept):
+  """A crash leaves at most a partial last line (or a complete one without
+  its newline); the resumed writer appends after it and loses no row: the
+  old code did not rewrite the file, so the next row was glued to the cut
+  line and both were dropped on the next read."""
+  path = tmp_path / "train_log.csv"
+  path.write_text(HEADER + "1,2.5,1.5,0.700\n2,2.4,2,1.200\n" + tail)
+  log = run_files.TrainLog(str(tmp_path))
+  assert log.append(4, 2.2, 2.0, 2.2) and log.append(5, 2.1, 2.0, 2.7)
+  assert [r["step"] for r in run_files.read_train_log(str(tmp_path))] == (
+      kept + [4, 5])
+  lines = path.read_text().splitlines()
+  assert lines[0] + "\n" == HEADER and len(lines) == len(kept) + 3
+  assert lines[-1] == "5,2.1,2,2.700"
+
+
+def test_a_cut_eval_row_is_dropped_and_the_table_rewritten(tmp_path):
+  path = tmp_path / "eval_results.csv"
+  path.write_text("step,split,ln_ppl,tokens\n0,validation,9.000000,10\n"
+                  "4,validation,2.5")
+  run_files.write_eval_results(str(tmp_path), [
+      {"step": 8, "split": "validation", "ln_ppl": 2.25, "tokens": 10}])
+  assert path.read_text() == ("step,split,ln_ppl,tokens\n0,validation,"
+                              "9.000000,10\n8,validation,2.250000,10\n")
+
+
+DAMAGED = {  # file content -> the words of the one line
+    "folder": (None, "is a folder, not the run's"),
+    "nul": (b"step,loss\x00\x00\x00", "has NUL bytes"),
+    "latin1": ("step,loss\n1,\xe9\n".encode("latin-1"), "is not UTF-8 text"),
+    "other_header": (b"a,b,c\n1,2,3\n", "its first line is 'a,b,c', not the "
+                     "header"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DAMAGED))
+@pytest.mark.parametrize("log", ["train_log.csv", "eval_results.csv"])
+def test_a_damaged_log_is_named_and_left_as_it_is(tmp_path, name, log):
+  content, words = DAMAGED[name]
+  path = tmp_path / log
+  if content is None:
+    path.mkdir()
+  else:
+    path.write_bytes(content)
+  model_dir = str(tmp_path)
+  readers = [lambda: run_files.check_file(model_dir, log)]
+  if log == "train_log.csv":
+    readers += [lambda: run_files.read_train_log(model_dir),
+                lambda: run_files.TrainLog(model_dir)]
+    scan = run_files.scan_train_log
+  else:
+    readers += [lambda: run_files.read_eval_results(model_dir),
+                lambda: run_files.write_eval_results(model_dir, [])]
+    scan = run_files.scan_eval_results
+  if name != "other_header":  # the watchers skip lines that do not parse
+    readers.append(lambda: scan(model_dir))
+  for reader in readers:
+    with pytest.raises(run_files.DamagedFile) as e:
+      reader()
+    message = str(e.value)
+    assert message.startswith(str(path)) and words in message, message
+    assert "\n" not in message and "mv %s %s.bad" % (path, path) in message
+  if content is not None:
+    assert path.read_bytes() == content
+  assert sorted(os.listdir(model_dir)) == [log]
+
+
+def test_a_garbled_row_before_the_last_is_named_not_dropped(tmp_path):
+  text = HEADER + "1,2.5,1.5,0.700\n2,2.4,2,1.2003,2.3,2,1.700\n4,2,2,2.000\n"
+  (tmp_path / "train_log.csv").write_text(text)
+  with pytest.raises(run_files.DamagedFile, match=(
+      r"train_log.csv: line 3 \('2,2.4,2,1.2003,2.3,2,1.700'\) is not a row "
+      r"of step,loss,steps_per_sec,elapsed_sec: correct or delete that "
+      r"line$")):
+    run_files.read_train_log(str(tmp_path))
+  assert (tmp_path / "train_log.csv").read_text() == text

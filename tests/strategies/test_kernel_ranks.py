@@ -32,6 +32,14 @@ import _strategy_util as su
 
 RANK_LIMITS = {"Softmax": 5}  # op type: most dims a oneDNN kernel accepts
 
+
+@pytest.fixture(scope="module", autouse=True)
+def einsum_core():
+  """The ranks checked are the einsum core's ops: the einsum core's (mtf_th.core_kernel.kind = "einsum"; the fused
+  core's are tests/strategies/test_fused_core.py's)."""
+  with su.core_kernel("einsum"):
+    yield
+
 # Every named strategy but query_split_allgather (QuerySplit's kernels, only
 # its collectives differ).
 STRATEGIES = {name: make for name, make in strategies.STRATEGIES.items()

@@ -21,13 +21,16 @@ from mtf_talking_heads.experiments.sweep import report
 from mtf_talking_heads.experiments.sweep import results
 from mtf_talking_heads.runtime import cluster
 from mtf_talking_heads.runtime import dir_lock
+from mtf_talking_heads.runtime import identity
 from mtf_talking_heads.runtime import progress
 from mtf_talking_heads.runtime import run_files
 
 RUN_TIME = "sweep_time.json"
 POLL_SECS = 2
 PROGRESS_EVERY_SECS = 60
-INTERRUPT_GRACE_SECS = 60
+# a stopped run ends within runtime/stops.SAVE_WAIT_SECS (8 s) even inside
+# TensorFlow; SIGKILL after this, so the sweep too ends within 10 s
+INTERRUPT_GRACE_SECS = 9
 
 
 def default_launcher():
@@ -93,6 +96,42 @@ class Runner(object):
           "(adding rows is allowed)"
           % (output_dir, ", ".join(different), path))
     return theirs
+
+  def model_conflict(self):
+    """Refuses a run folder that holds another model than its row's gin
+    files make now (runtime/identity.refusal: e.g. a row's gin file edited
+    since the run was trained, or sweep.json deleted); writes nothing.
+
+    Raises:
+      ValueError: one line naming the run folder and the difference.
+    """
+    stage = self.plan.finetune
+    for run in self.plan.runs():
+      folders = [(run.model_dir, list(self.plan.row_files(run.row)),
+                  list(self.plan.row_params(run.row, run.seed)))]
+      if stage:
+        folders.append((stage.model_dir(run.row, run.seed),)
+                       + tuple(stage.gin(run.row, run.seed)))
+      for model_dir, files, params in folders:
+        message = identity.refusal(model_dir, files, params, "run folder",
+                                   "sweep")
+        if message:
+          raise ValueError(message)
+
+  def records_conflict(self):
+    """Refuses results.csv lines measured at other steps, edited or cut,
+    and run folders trained to other train_steps (results.check_records:
+    e.g. sweep.json deleted and the sweep rerun with other --train_steps
+    or --eval_steps); writes nothing.
+
+    Raises:
+      ValueError: one line naming the file, the line and what to do.
+    """
+    plan = self.plan
+    results.check_records(
+        plan.output_dir, [(r.row.name, r.seed, r.model_dir)
+                          for r in plan.runs()],
+        plan.eval_steps, plan.train_steps)
 
   def check_manifest(self):
     """Records the plan's manifest, or refuses an output_dir of another sweep.
@@ -281,8 +320,11 @@ class Runner(object):
       if not os.path.exists(os.path.join(plan.output_dir, plan_lib.MANIFEST)):
         raise ValueError("output_dir=%r holds no sweep to report on"
                          % plan.output_dir)
+      self.records_conflict()
       return self._run(train)
     self.manifest_conflict()
+    self.model_conflict()
+    self.records_conflict()
     os.makedirs(plan.output_dir, exist_ok=True)
     with dir_lock.hold(plan.output_dir, "--output_dir", self.log):
       return self._run(train)

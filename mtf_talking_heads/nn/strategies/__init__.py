@@ -54,7 +54,10 @@ All of them compute the core with kernels.ordered_core: the paper's J, L, W,
 U, O with the n x m x heads tensors heads-major, the projections as batched
 matmuls with P-first gradients (project_heads) and a fused softmax
 (softmax_last); HeadsParallel(ordered=False) keeps attention.attention_core
-as the paper lays it out, the reference the tests compare with.
+as the paper lays it out, the reference the tests compare with.  Where
+mtf_th.core_kernel.kind allows and the call fits, ordered_core is instead one
+fused op per device slice (nn/core_kernel.py: no n x m x heads tensor kept;
+RecomputeCore then runs it without recomputation), whatever the strategy.
 
 The split strategies read the layout from ``context.model.layout`` and
 ``context.model.mesh_shape`` (t5's utils.build_model and the test harness

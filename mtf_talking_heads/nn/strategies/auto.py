@@ -145,6 +145,12 @@ class Auto(frame.Strategy):
     self.choose(dims, mesh_layout.MeshLayout(mesh_shape, layout), batch,
                 length, 1)
 
+  def core_layout(self, dims, mesh, batch, length):
+    """See Strategy.core_layout: that of the strategy choose() picks
+    (priced without the model's memory)."""
+    strategy, _, _ = self.choose(dims, mesh, batch, length, 1)
+    return strategy.core_layout(dims, self.with_rule(mesh), batch, length)
+
   def _chosen(self, call, memory_length):
     context = call.context
     mesh = mesh_layout.model_layout(context)

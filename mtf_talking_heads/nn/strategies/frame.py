@@ -90,6 +90,13 @@ class Strategy(object):
     """check() on a MeshLayout: the layer's layout must split cleanly."""
     mesh_layout.check_layout(dims, mesh, batch, length)
 
+  def core_layout(self, dims, mesh, batch, length):
+    """The MeshLayout the core's dims keep (core_kernel asks it before a
+    graph), None if the core has them whole.  This default: the layer's
+    (a heads-parallel core).  Arguments as _check's."""
+    del dims, batch, length
+    return mesh
+
   def frame(self, call):
     """The Frame the layer of `call` (an AttentionCall) computes in.
 

@@ -41,4 +41,4 @@ class HeadsParallel(frame.Strategy):
       return kernels.ordered_core(
           q, k, v, memory_length, dims, p_l, p_w, dynamic_l, dynamic_w, bias,
           dropout_fn, fused_softmax=not (
-              mesh and mesh.axis_of(memory_length.name)))
+              mesh and mesh.axis_of(memory_length.name)), layout=mesh)

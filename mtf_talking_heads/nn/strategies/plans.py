@@ -179,9 +179,14 @@ class BatchQueryPlan(_PlanBase):
     o = mtf.reshape(o, self.outer + [self.local] + restored)
     o = mtf.reshape(o, self.outer + [self.cb, self.cq] + restored)
     others = [d for d in restored if d not in (self.bps, self.nq)]
-    o = mtf.transpose(o, self.outer + [self.cb, self.bps, self.cq, self.nq]
-                      + others)
-    return mtf.reshape(o, [self.batch, self.length] + others)
+    # dims the layer has before its batch (mtf's outer_batch in utils.run's
+    # training and eval graphs) stay first, as the residual expects
+    leading = [d for d in others
+               if d.name not in self.rename and d != self.dims.d_v]
+    others = [d for d in others if d not in leading]
+    o = mtf.transpose(o, leading + self.outer +
+                      [self.cb, self.bps, self.cq, self.nq] + others)
+    return mtf.reshape(o, leading + [self.batch, self.length] + others)
 
   def dropout(self, dropout_fn):
     """dropout_fn for U in the core layout, noise shared over own queries."""

@@ -25,12 +25,21 @@ in tests/estimate/test_plan.py).  The split strategies are refused.
 
 Dropout on the attention weights draws a new mask when recomputed, so the
 gradients would not be those of the forward pass: the core refuses it.
+
+Under the fused core (mtf_th.core_kernel.kind "auto" or "fused", where it
+applies: nn/core_kernel.py) RecomputeCore runs the fused op as it is, not
+under mtf.recompute_grad: it keeps no n x m x heads tensor either (only
+O(n x h) softmax statistics), and its gradient already recomputes J, L, W,
+U blockwise; recomputing it would only add a forward pass.
 """
 import gin
 import mesh_tensorflow as mtf
+import tensorflow.compat.v1 as tf
 
+from mtf_talking_heads.nn import core_kernel
 from mtf_talking_heads.nn.strategies import frame
 from mtf_talking_heads.nn.strategies import heads_parallel
+from mtf_talking_heads.nn.strategies import mesh_layout
 
 
 @gin.configurable(module="mtf_th")
@@ -64,6 +73,9 @@ class RecomputeCore(frame.Strategy):
   def _check(self, dims, mesh, batch, length):
     self.strategy._check(dims, mesh, batch, length)  # pylint: disable=protected-access
 
+  def core_layout(self, dims, mesh, batch, length):
+    return self.strategy.core_layout(dims, mesh, batch, length)
+
   def core(self, context, dims, q, k, v, memory_length, p_l, p_w, dynamic_l,
            dynamic_w, bias, dropout_fn):
     """O from the inner core, under mtf.recompute_grad (same arguments)."""
@@ -72,6 +84,12 @@ class RecomputeCore(frame.Strategy):
           "RecomputeCore: dropout on the attention weights would draw a "
           "different mask when the core is recomputed; set the layer's "
           "dropout_rate = 0.0 or drop RecomputeCore")
+    mesh = mesh_layout.model_layout(context)
+    with tf.variable_scope(mesh_layout.CORE_SCOPE):
+      o = core_kernel.fused_or_none(q, k, v, memory_length, dims, p_l, p_w,
+                                    dynamic_l, dynamic_w, bias, None, mesh)
+    if o is not None:
+      return o
     optional = [("p_l", p_l), ("p_w", p_w), ("bias", bias)]
     names = ["q", "k", "v"] + [n for n, t in optional if t is not None]
     tensors = [q, k, v] + [t for _, t in optional if t is not None]

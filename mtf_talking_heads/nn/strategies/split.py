@@ -118,6 +118,11 @@ class SplitCore(frame.Strategy):
             % (cls, axis, d.name, other, axis))
     self._check_sizes(mesh, batch, length)
 
+  def core_layout(self, dims, mesh, batch, length):
+    """See Strategy.core_layout: the core's heads dims are whole copies."""
+    del dims, mesh, batch, length
+    return None
+
   def _split_names(self):
     """The layer's dims the core is split over."""
     return (self.split_name,)
@@ -162,7 +167,7 @@ class SplitCore(frame.Strategy):
           plan.dims, plan.to_core(p_l), plan.to_core(p_w),
           [plan.to_core(r) for r in dynamic_l],
           [plan.to_core(r) for r in dynamic_w], plan.to_core(bias),
-          plan.dropout(dropout_fn, context))
+          plan.dropout(dropout_fn, context), layout=mesh)
       return plan.from_core(o)
 
 
@@ -263,6 +268,6 @@ class BatchQuerySplit(SplitCore):
           plan.dims, plan.to_core(p_l), plan.to_core(p_w),
           [plan.to_core(r) for r in dynamic_l],
           [plan.to_core(r) for r in dynamic_w], plan.to_core(bias),
-          plan.dropout(dropout_fn))
+          plan.dropout(dropout_fn), layout=mesh)
       return plan.from_core(o)
 

@@ -1,0 +1,951 @@
+// The fused attention core: O from Q, K, V, P_l, P_w and an additive bias,
+// forward and gradient, as TensorFlow CPU ops (float and double).
+//
+// Layouts (reference.py is the definition; G groups, heads per group):
+//   q [B, G, Hk, N, Dk]   k [B, G, Hk, M, Dk]   v [B, G, Hv, M, Dv]
+//   p_l [G, Hk, H]        p_w [G, H, Hv]        bias [Bb, Hb, N, M]
+//   o [B, G, Hv, N, Dv]   lse [B, G, H, N] (log-sum-exp of each row of L)
+//
+// The paper's section 4, over one block of `bq` queries of one (b, g):
+//   J[hk] = Q[hk] K[hk]^T           [bq, M] per head (Eigen GEMM)
+//   L     = P_l^T J (+ bias)        [H, bq * M]: a GEMM with an inner dim Hk
+//   W     = softmax over m of L     rows of M, exp vectorised (Eigen)
+//   U     = P_w^T W                 [Hv, bq * M]
+//   O[hv] = U[hv] V[hv]             [bq, Dv] per head
+// so the n x m x heads tensors exist one block at a time (a few hundred KB,
+// in cache) and the forward keeps only lse (O(n x h)) for the gradient,
+// which recomputes J, L, W, U block by block:
+//   dV += U^T dO, dU = dO V^T, dP_w += W dU^T, dW = P_w dU,
+//   dL = W (dW - sum_m W dW), dbias += dL, dP_l += J dL^T, dJ = P_l dL,
+//   dQ = dJ K, dK += dJ^T Q.
+// Multi-head (no P_l, no P_w) runs through the same code with every head a
+// group of its own (the memory layout is the same), so its blocks hold one
+// head and can be taller.
+//
+// Parallelism: the op's CPU worker pool runs one task per (b, g, chunk of
+// query blocks).  The forward's tasks write disjoint rows.  The gradient's
+// tasks own their dQ rows, their dbias rows (a task loops over the batch or
+// the groups itself when the bias is broadcast over them), and private
+// partial sums of dK, dV (per chunk, summed afterwards) and dP_l, dP_w (per
+// task), so there are no races and the result does not depend on timing.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "Eigen/Core"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/platform/threadpool.h"
+
+
+#ifdef FUSED_CORE_PROFILE  // development only: cycles per phase, at exit
+#include <x86intrin.h>
+#include <atomic>
+#include <cstdio>
+struct Profile {
+  std::atomic<long long> cycles[32];
+  const char* names[32] = {};
+  ~Profile() {
+    long long total = 0;
+    for (int i = 0; i < 32; ++i) total += cycles[i];
+    for (int i = 0; i < 32; ++i)
+      if (names[i]) fprintf(stderr, "phase %-8s %6.1f%% %.3g Gcycles\n", names[i],
+                            100.0 * cycles[i] / total, cycles[i] * 1e-9);
+  }
+};
+static Profile profile;
+#define TIC unsigned long long tic_ = __rdtsc()
+#define TOC(i, name) do { unsigned long long t_ = __rdtsc(); \
+  profile.cycles[i] += t_ - tic_; profile.names[i] = name; tic_ = t_; } while (0)
+#else
+#define TIC
+#define TOC(i, name)
+#endif
+
+namespace {
+
+using tensorflow::DEVICE_CPU;
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Status;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+using tensorflow::shape_inference::DimensionHandle;
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
+typedef int64_t int64;
+
+template <typename T>
+using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename T>
+using MapM = Eigen::Map<Mat<T>>;
+template <typename T>
+using CMapM = Eigen::Map<const Mat<T>>;
+template <typename T>
+using MapA = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// ------------------------------------------------------ small GEMM kernels
+//
+// C[r, :] (+)= sum_k A(r, k) B[k, :] on row-major operands with row strides,
+// A(r, k) = a[r * lda + k], or a[k * lda + r] when TransA.  Every product of
+// the core has this form with its operands as they lie (K and V are given
+// transposed where needed, once per call), so unlike a general GEMM nothing
+// is packed per block: the blocks' products are short (bq rows, or a depth
+// of bq or of the heads), where packing would cost as much as the multiplies.
+// Register tiles of RT rows x CT packets (Eigen's packets: 16 floats or 8
+// doubles with AVX-512), column panels outermost so a panel of B stays in L1
+// across the row tiles; columns short of a packet run as scalars.
+
+template <typename T>
+using Packet = typename Eigen::internal::packet_traits<T>::type;
+
+template <typename T>
+constexpr int PacketSize() {
+  return Eigen::internal::unpacket_traits<Packet<T>>::size;
+}
+
+template <typename T, bool TransA>
+inline T AElem(const T* a, int64 lda, int64 r, int64 k) {
+  return TransA ? a[k * lda + r] : a[r * lda + k];
+}
+
+template <typename T, int RT, int CT, bool TransA, bool Acc>
+inline void Tile(int64 depth, const T* a, int64 lda, const T* b, int64 ldb,
+                 T* c, int64 ldc) {
+  using Eigen::internal::pmadd;
+  using Eigen::internal::pset1;
+  using Eigen::internal::ploadu;
+  using Eigen::internal::pstoreu;
+  typedef Packet<T> P;
+  constexpr int PS = PacketSize<T>();
+  P acc[RT][CT];
+  for (int i = 0; i < RT; ++i)
+    for (int j = 0; j < CT; ++j)
+      acc[i][j] = Acc ? ploadu<P>(c + i * ldc + j * PS) : pset1<P>(T(0));
+  for (int64 k = 0; k < depth; ++k) {
+    P bk[CT];
+    for (int j = 0; j < CT; ++j) bk[j] = ploadu<P>(b + k * ldb + j * PS);
+    for (int i = 0; i < RT; ++i) {
+      const P ai = pset1<P>(AElem<T, TransA>(a, lda, i, k));
+      for (int j = 0; j < CT; ++j) acc[i][j] = pmadd(ai, bk[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < RT; ++i)
+    for (int j = 0; j < CT; ++j) pstoreu(c + i * ldc + j * PS, acc[i][j]);
+}
+
+// The last `cols` (< one packet) columns of RT rows, as scalars.
+template <typename T, int RT, bool TransA, bool Acc>
+inline void TailTile(int64 depth, int64 cols, const T* a, int64 lda,
+                     const T* b, int64 ldb, T* c, int64 ldc) {
+  for (int i = 0; i < RT; ++i) {
+    for (int64 j = 0; j < cols; ++j) {
+      T sum = Acc ? c[i * ldc + j] : T(0);
+      for (int64 k = 0; k < depth; ++k)
+        sum += AElem<T, TransA>(a, lda, i, k) * b[k * ldb + j];
+      c[i * ldc + j] = sum;
+    }
+  }
+}
+
+// RT rows at r of one column panel: CT packets, or (CT == 0) `cols` < one
+// packet of scalars.
+template <typename T, int RT, int CT, bool TransA, bool Acc>
+inline void PanelRows(int64 r, int64 cols, int64 depth, const T* a,
+                      int64 lda, const T* b, int64 ldb, T* c, int64 ldc) {
+  const T* ar = a + (TransA ? r : r * lda);
+  if (CT > 0) {
+    Tile<T, RT, (CT > 0 ? CT : 1), TransA, Acc>(depth, ar, lda, b, ldb,
+                                                 c + r * ldc, ldc);
+  } else {
+    TailTile<T, RT, TransA, Acc>(depth, cols, ar, lda, b, ldb, c + r * ldc,
+                                 ldc);
+  }
+}
+
+// One column panel over all rows, in tiles of kRows rows (then 4, 2, 1).
+constexpr int kRows = 8;
+template <typename T, int CT, bool TransA, bool Acc>
+inline void Panel(int64 rows, int64 cols, int64 depth, const T* a, int64 lda,
+                  const T* b, int64 ldb, T* c, int64 ldc) {
+  int64 r = 0;
+  for (; r + kRows <= rows; r += kRows)
+    PanelRows<T, kRows, CT, TransA, Acc>(r, cols, depth, a, lda, b, ldb, c,
+                                         ldc);
+  if (r + 4 <= rows) {
+    PanelRows<T, 4, CT, TransA, Acc>(r, cols, depth, a, lda, b, ldb, c, ldc);
+    r += 4;
+  }
+  if (r + 2 <= rows) {
+    PanelRows<T, 2, CT, TransA, Acc>(r, cols, depth, a, lda, b, ldb, c, ldc);
+    r += 2;
+  }
+  if (r < rows)
+    PanelRows<T, 1, CT, TransA, Acc>(r, cols, depth, a, lda, b, ldb, c, ldc);
+}
+
+// C (+)= A B as above: C [rows, cols], A(r, k), B [depth, cols].
+template <typename T, bool TransA, bool Acc = false>
+void Gemm(int64 rows, int64 cols, int64 depth, const T* a, int64 lda,
+          const T* b, int64 ldb, T* c, int64 ldc) {
+  constexpr int PS = PacketSize<T>();
+  int64 j = 0;
+  for (; j + 2 * PS <= cols; j += 2 * PS)
+    Panel<T, 2, TransA, Acc>(rows, 0, depth, a, lda, b + j, ldb, c + j, ldc);
+  if (j + PS <= cols) {
+    Panel<T, 1, TransA, Acc>(rows, 0, depth, a, lda, b + j, ldb, c + j, ldc);
+    j += PS;
+  }
+  if (j < cols)
+    Panel<T, 0, TransA, Acc>(rows, cols - j, depth, a, lda, b + j, ldb, c + j,
+                             ldc);
+}
+
+// END_GEMM (benchmarks extract the kernels above up to here)
+
+// Elements of one block buffer ([heads, bq, M]) the automatic block size
+// aims at: small enough that a block's buffers stay in L2.
+constexpr int64 kBlockElements = 96 * 1024;
+
+struct Flags {
+  bool has_p_l = false, has_p_w = false, has_bias = false, bias_grad = false;
+  int block_queries = 0;
+};
+
+// Sizes, after folding multi-head's heads into groups.
+struct Dims {
+  int64 B, G, Hk, H, Hv, N, M, Dk, Dv, Bb, Hb;
+  int64 bq, blocks;  // queries per block, blocks per (b, g)
+  int64 ldm;         // row stride of our [.., M] buffers (M padded)
+};
+
+Status Bad(const std::string& msg) {
+  return tensorflow::errors::InvalidArgument("fused attention core: ", msg);
+}
+
+std::string ShapeStr(const Tensor& t) { return t.shape().DebugString(); }
+
+// O's shape [B, G, Hv, N, Dv] and lse's [B, G, H, N] (inputs as given).
+void OutputShapes(OpKernelContext* ctx, const Flags& f, TensorShape* o,
+                  TensorShape* lse) {
+  const Tensor& q = ctx->input(0);
+  const Tensor& v = ctx->input(2);
+  const int64 heads = f.has_p_w ? ctx->input(4).dim_size(1)
+                      : f.has_p_l ? ctx->input(3).dim_size(2)
+                                  : q.dim_size(2);
+  *o = TensorShape({q.dim_size(0), q.dim_size(1), v.dim_size(2),
+                    q.dim_size(3), v.dim_size(4)});
+  *lse = TensorShape({q.dim_size(0), q.dim_size(1), heads, q.dim_size(3)});
+}
+
+void GetFlags(OpKernelConstruction* c, Flags* f) {
+  OP_REQUIRES_OK(c, c->GetAttr("has_p_l", &f->has_p_l));
+  OP_REQUIRES_OK(c, c->GetAttr("has_p_w", &f->has_p_w));
+  OP_REQUIRES_OK(c, c->GetAttr("has_bias", &f->has_bias));
+  OP_REQUIRES_OK(c, c->GetAttr("bias_grad", &f->bias_grad));
+  OP_REQUIRES_OK(c, c->GetAttr("block_queries", &f->block_queries));
+  OP_REQUIRES(c, f->block_queries >= 0,
+              Bad("block_queries must be >= 0 (0: automatic)"));
+  OP_REQUIRES(c, !f->bias_grad || f->has_bias,
+              Bad("bias_grad needs has_bias"));
+}
+
+// Checks the inputs against the layouts above and fills `d`.
+Status ReadDims(OpKernelContext* ctx, const Flags& f, Dims* d) {
+  const Tensor& q = ctx->input(0);
+  const Tensor& k = ctx->input(1);
+  const Tensor& v = ctx->input(2);
+  const Tensor& p_l = ctx->input(3);
+  const Tensor& p_w = ctx->input(4);
+  const Tensor& bias = ctx->input(5);
+  if (q.dims() != 5) return Bad("q must be [B, G, Hk, N, Dk], got " + ShapeStr(q));
+  if (k.dims() != 5) return Bad("k must be [B, G, Hk, M, Dk], got " + ShapeStr(k));
+  if (v.dims() != 5) return Bad("v must be [B, G, Hv, M, Dv], got " + ShapeStr(v));
+  d->B = q.dim_size(0), d->G = q.dim_size(1), d->Hk = q.dim_size(2);
+  d->N = q.dim_size(3), d->Dk = q.dim_size(4);
+  d->M = k.dim_size(3), d->Hv = v.dim_size(2), d->Dv = v.dim_size(4);
+  if (k.dim_size(0) != d->B || k.dim_size(1) != d->G ||
+      k.dim_size(2) != d->Hk || k.dim_size(4) != d->Dk)
+    return Bad("k " + ShapeStr(k) + " does not match q " + ShapeStr(q) +
+               " in B, G, Hk or Dk");
+  if (v.dim_size(0) != d->B || v.dim_size(1) != d->G || v.dim_size(3) != d->M)
+    return Bad("v " + ShapeStr(v) + " does not match k " + ShapeStr(k) +
+               " in B, G or M");
+  d->H = d->Hk;
+  if (f.has_p_l) {
+    if (p_l.dims() != 3 || p_l.dim_size(0) != d->G || p_l.dim_size(1) != d->Hk)
+      return Bad("p_l must be [G, Hk, H] = [" + std::to_string(d->G) + ", " +
+                 std::to_string(d->Hk) + ", H], got " + ShapeStr(p_l));
+    d->H = p_l.dim_size(2);
+  }
+  if (f.has_p_w) {
+    if (p_w.dims() != 3 || p_w.dim_size(0) != d->G || p_w.dim_size(1) != d->H ||
+        p_w.dim_size(2) != d->Hv)
+      return Bad("p_w must be [G, H, Hv] = [" + std::to_string(d->G) + ", " +
+                 std::to_string(d->H) + ", " + std::to_string(d->Hv) +
+                 "], got " + ShapeStr(p_w));
+  } else if (d->Hv != d->H) {
+    return Bad("without p_w, v's heads (" + std::to_string(d->Hv) +
+               ") must equal the logits' heads H (" + std::to_string(d->H) +
+               ")");
+  }
+  d->Bb = d->Hb = 1;
+  if (f.has_bias) {
+    if (bias.dims() != 4 || bias.dim_size(2) != d->N ||
+        bias.dim_size(3) != d->M ||
+        (bias.dim_size(0) != 1 && bias.dim_size(0) != d->B) ||
+        (bias.dim_size(1) != 1 && bias.dim_size(1) != d->G * d->H))
+      return Bad("bias must be [1 or B, 1 or G*H, N, M] = [1 or " +
+                 std::to_string(d->B) + ", 1 or " +
+                 std::to_string(d->G * d->H) + ", " + std::to_string(d->N) +
+                 ", " + std::to_string(d->M) + "], got " + ShapeStr(bias));
+    d->Bb = bias.dim_size(0), d->Hb = bias.dim_size(1);
+  }
+  if (!f.has_p_l && !f.has_p_w) {  // multi-head: each head a group
+    d->G *= d->H;
+    d->Hk = d->H = d->Hv = 1;
+  }
+  const int64 heads = std::max(d->Hk, std::max(d->H, d->Hv));
+  int64 bq = f.block_queries;
+  if (bq == 0) {
+    bq = kBlockElements / std::max<int64>(1, heads * d->M);
+    bq = std::max<int64>(8, std::min<int64>(128, bq / 8 * 8));
+  }
+  d->bq = std::max<int64>(1, std::min(bq, d->N));
+  // M rounded up to whole cache lines, plus one line when that is a
+  // multiple of 1 KB: rows then fall in different L1 sets.
+  d->ldm = (d->M + 15) / 16 * 16;
+  if (d->ldm % 256 == 0) d->ldm += 16;
+  d->blocks = d->N == 0 ? 0 : (d->N + d->bq - 1) / d->bq;
+  return Status();
+}
+
+template <typename T>
+struct Ptrs {
+  const T *q, *k, *v, *p_l, *p_w, *bias;
+  // K, V transposed: [B, G, Hk, Dk, ldm], [B, G, Hv, Dv, ldm]
+  const T *kt, *vt;
+  const Dims* d;
+  const T* Q(int64 b, int64 g, int64 h, int64 n) const {
+    return q + (((b * d->G + g) * d->Hk + h) * d->N + n) * d->Dk;
+  }
+  const T* K(int64 b, int64 g, int64 h) const {
+    return k + ((b * d->G + g) * d->Hk + h) * d->M * d->Dk;
+  }
+  const T* KT(int64 b, int64 g, int64 h) const {
+    return kt + ((b * d->G + g) * d->Hk + h) * d->ldm * d->Dk;
+  }
+  const T* V(int64 b, int64 g, int64 h) const {
+    return v + ((b * d->G + g) * d->Hv + h) * d->M * d->Dv;
+  }
+  const T* VT(int64 b, int64 g, int64 h) const {
+    return vt + ((b * d->G + g) * d->Hv + h) * d->ldm * d->Dv;
+  }
+  // The bias row offset of (b, g, h, n) in [Bb, Hb, N, M].
+  int64 BiasRow(int64 b, int64 g, int64 h, int64 n) const {
+    const int64 bb = d->Bb == 1 ? 0 : b;
+    const int64 hb = d->Hb == 1 ? 0 : g * d->H + h;
+    return ((bb * d->Hb + hb) * d->N + n) * d->M;
+  }
+};
+
+// Per-thread block buffers (kept between calls: no page faults per block).
+template <typename T>
+T* Scratch(int64 elements) {
+  thread_local std::vector<T> buffer;
+  if (static_cast<int64>(buffer.size()) < elements) buffer.resize(elements);
+  return buffer.data();
+}
+
+// The J GEMMs of queries [n0, n0 + nb) of (b, g): J[r, h, :] = Q[h, r] K[h]^T
+// into a block buffer [nb, Hk, M] (row r's heads together, for the mixes).
+template <typename T>
+void BlockJ(const Ptrs<T>& p, int64 b, int64 g, int64 n0, int64 nb, T* j) {
+  const Dims& d = *p.d;
+  for (int64 h = 0; h < d.Hk; ++h) {
+    Gemm<T, false>(nb, d.M, d.Dk, p.Q(b, g, h, n0), d.Dk, p.KT(b, g, h),
+                   d.ldm, j + h * d.ldm, d.Hk * d.ldm);
+  }
+}
+
+// L of query n: P_l^T J_n ([H, M]) into `l` (or J_n itself without P_l),
+// plus the bias.  Returns L's address.
+template <typename T>
+T* RowLogits(const Ptrs<T>& p, const Flags& f, int64 b, int64 g, int64 n,
+             T* j_row, T* l) {
+  const Dims& d = *p.d;
+  if (f.has_p_l) {
+    Gemm<T, true>(d.H, d.M, d.Hk, p.p_l + g * d.Hk * d.H, d.H, j_row, d.ldm,
+                  l, d.ldm);
+  } else {
+    l = j_row;
+  }
+  if (f.has_bias) {
+    for (int64 h = 0; h < d.H; ++h) {
+      MapA<T>(l + h * d.ldm, d.M) +=
+          Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(
+              p.bias + p.BiasRow(b, g, h, n), d.M);
+    }
+  }
+  return l;
+}
+
+// acc[r, s, :] += sum over packets k of A[r, k] B[s, k] (lanes summed later);
+// the last K % PacketSize columns go to tail[r, s].  A [R, K], B [S, K].
+template <typename T, int RT, int ST>
+inline void DotTile(int64 depth, const T* a, int64 lda, const T* b,
+                    int64 ldb, T* acc, int64 S, T* tail) {
+  using Eigen::internal::pmadd;
+  using Eigen::internal::ploadu;
+  using Eigen::internal::pstoreu;
+  typedef Packet<T> P;
+  constexpr int PS = PacketSize<T>();
+  P sum[RT][ST];
+  for (int i = 0; i < RT; ++i)
+    for (int j = 0; j < ST; ++j) sum[i][j] = ploadu<P>(acc + (i * S + j) * PS);
+  int64 k = 0;
+  for (; k + PS <= depth; k += PS) {
+    P bv[ST];
+    for (int j = 0; j < ST; ++j) bv[j] = ploadu<P>(b + j * ldb + k);
+    for (int i = 0; i < RT; ++i) {
+      const P av = ploadu<P>(a + i * lda + k);
+      for (int j = 0; j < ST; ++j) sum[i][j] = pmadd(av, bv[j], sum[i][j]);
+    }
+  }
+  for (int i = 0; i < RT; ++i)
+    for (int j = 0; j < ST; ++j) {
+      pstoreu(acc + (i * S + j) * PS, sum[i][j]);
+      T rest = T(0);
+      for (int64 kk = k; kk < depth; ++kk)
+        rest += a[i * lda + kk] * b[j * ldb + kk];
+      tail[i * S + j] += rest;
+    }
+}
+
+template <typename T>
+void DotAcc(int64 R, int64 S, int64 depth, const T* a, int64 lda, const T* b,
+            int64 ldb, T* acc, T* tail) {
+  constexpr int PS = PacketSize<T>();
+  for (int64 r = 0; r < R; r += (r + 4 <= R ? 4 : 1)) {
+    const bool r4 = r + 4 <= R;
+    for (int64 s = 0; s < S; s += (s + 4 <= S ? 4 : 1)) {
+      T* at = acc + (r * S + s) * PS;
+      T* tt = tail + r * S + s;
+      const T* ar = a + r * lda;
+      const T* bs = b + s * ldb;
+      if (r4 && s + 4 <= S) {
+        DotTile<T, 4, 4>(depth, ar, lda, bs, ldb, at, S, tt);
+      } else if (r4) {
+        DotTile<T, 4, 1>(depth, ar, lda, bs, ldb, at, S, tt);
+      } else if (s + 4 <= S) {
+        DotTile<T, 1, 4>(depth, ar, lda, bs, ldb, at, S, tt);
+      } else {
+        DotTile<T, 1, 1>(depth, ar, lda, bs, ldb, at, S, tt);
+      }
+    }
+  }
+}
+
+// x = exp(x - shift) over n elements, in place; returns their sum.
+template <typename T>
+T ExpSum(T* x, int64 n, T shift) {
+  using namespace Eigen::internal;  // NOLINT (packet primitives)
+  typedef Packet<T> P;
+  constexpr int PS = PacketSize<T>();
+  const P s = pset1<P>(shift);
+  P acc = pset1<P>(T(0));
+  int64 i = 0;
+  for (; i + PS <= n; i += PS) {
+    const P e = pexp(psub(ploadu<P>(x + i), s));
+    pstoreu(x + i, e);
+    acc = padd(acc, e);
+  }
+  T sum = predux(acc);
+  for (; i < n; ++i) {
+    x[i] = std::exp(x[i] - shift);
+    sum += x[i];
+  }
+  return sum;
+}
+
+// ---------------------------------------------------------------- forward
+
+// Block buffers: J [bq, Hk, M] and U [bq, Hv, M] (whole block: the GEMMs
+// with K and V read them by head), row temporaries L [H, M] and P_w / sum
+// [H, Hv], and 1 / sum of each (h, r) [H, bq].  Query by query, the row's
+// L, W, U ([heads, M], tens of KB) stay in L1/L2.
+template <typename T>
+void ForwardBlock(const Ptrs<T>& p, const Flags& f, int64 b, int64 g,
+                  int64 n0, T* o, T* lse) {
+  const Dims& d = *p.d;
+  const int64 nb = std::min(d.bq, d.N - n0), M = d.M, S = d.ldm;
+  T* j = Scratch<T>(d.bq * S * (d.Hk + d.Hv) + d.H * S + d.H * d.Hv +
+                    d.H * d.bq);
+  T* u = j + d.bq * S * d.Hk;
+  T* l_tmp = u + d.bq * S * d.Hv;
+  T* p_w = l_tmp + d.H * S;
+  T* inv = p_w + d.H * d.Hv;
+  TIC;
+  BlockJ(p, b, g, n0, nb, j);
+  TOC(0, "J");
+  for (int64 r = 0; r < nb; ++r) {
+    T* j_row = j + r * d.Hk * S;
+    T* u_row = u + r * d.Hv * S;
+    // Without P_w, W is U: L goes straight to U's row.
+    T* l = RowLogits(p, f, b, g, n0 + r, j_row, f.has_p_w ? l_tmp : u_row);
+    if (!f.has_p_w && l != u_row) {
+      std::memcpy(u_row, l, sizeof(T) * d.H * S);
+      l = u_row;
+    }
+    TOC(1, "L");
+    // W = exp(L - max) / sum: the exponentials in place, the 1 / sum folded
+    // into P_w (or into O's rows without P_w).
+    for (int64 h = 0; h < d.H; ++h) {
+      T* row = l + h * S;
+      const T top = MapA<T>(row, M).maxCoeff();
+      const T sum = ExpSum(row, M, top);
+      inv[h * d.bq + r] = T(1) / sum;
+      lse[((b * d.G + g) * d.H + h) * d.N + n0 + r] = top + std::log(sum);
+    }
+    TOC(3, "softmax");
+    if (f.has_p_w) {
+      const T* pw = p.p_w + g * d.H * d.Hv;
+      for (int64 h = 0; h < d.H; ++h)
+        for (int64 v = 0; v < d.Hv; ++v)
+          p_w[h * d.Hv + v] = pw[h * d.Hv + v] * inv[h * d.bq + r];
+      Gemm<T, true>(d.Hv, M, d.H, p_w, d.Hv, l, S, u_row, S);
+    }
+    TOC(4, "U");
+  }
+  for (int64 h = 0; h < d.Hv; ++h) {  // O[h] = U[h] V[h]
+    T* o_h = o + (((b * d.G + g) * d.Hv + h) * d.N + n0) * d.Dv;
+    Gemm<T, false>(nb, d.Dv, M, u + h * S, d.Hv * S, p.V(b, g, h), d.Dv,
+                   o_h, d.Dv);
+    if (!f.has_p_w) {
+      for (int64 r = 0; r < nb; ++r)
+        MapA<T>(o_h + r * d.Dv, d.Dv) *= inv[h * d.bq + r];
+    }
+  }
+  TOC(5, "O");
+}
+
+// ---------------------------------------------------------------- gradient
+
+// Where one gradient task accumulates: dQ (its rows), dbias (its rows), its
+// chunk's dK and dV partials, its own dP_l, dP_w partials (packet lanes
+// [G, Hk, H, PS] and scalar tails [G, Hk, H]).
+template <typename T>
+struct GradOut {
+  T *dq, *dk, *dv, *dbias;
+  T *dp_l_lanes, *dp_l_tail, *dp_w_lanes, *dp_w_tail;
+  const T *lse, *dout;
+};
+
+// Block buffers: J then dJ [bq, Hk, M], dU [bq, Hv, M], U [bq, Hv, M]; row
+// temporaries L/W [H, M] and dW/dL [H, M].
+template <typename T>
+void BackwardBlock(const Ptrs<T>& p, const Flags& f, const GradOut<T>& out,
+                   int64 b, int64 g, int64 n0) {
+  const Dims& d = *p.d;
+  constexpr int PS = PacketSize<T>();
+  const int64 nb = std::min(d.bq, d.N - n0), M = d.M, S = d.ldm;
+  T* j = Scratch<T>(d.bq * S * (d.Hk + 2 * d.Hv) + 2 * d.H * S);
+  T* du = j + d.bq * S * d.Hk;
+  T* u = du + d.bq * S * d.Hv;
+  T* l_tmp = u + d.bq * S * d.Hv;
+  T* dw_tmp = l_tmp + d.H * S;
+  TIC;
+  BlockJ(p, b, g, n0, nb, j);
+  TOC(0, "J");
+  for (int64 h = 0; h < d.Hv; ++h) {  // dU[h] = dO[h] V[h]^T
+    const T* dout = out.dout + (((b * d.G + g) * d.Hv + h) * d.N + n0) * d.Dv;
+    Gemm<T, false>(nb, M, d.Dv, dout, d.Dv, p.VT(b, g, h), S, du + h * S,
+                   d.Hv * S);
+  }
+  TOC(9, "dU");
+  const T* p_l = p.p_l + g * d.Hk * d.H;
+  const T* p_w = p.p_w + g * d.H * d.Hv;
+  for (int64 r = 0; r < nb; ++r) {
+    const int64 n = n0 + r;
+    T* j_row = j + r * d.Hk * S;
+    T* du_row = du + r * d.Hv * S;
+    T* u_row = u + r * d.Hv * S;
+    T* w = RowLogits(p, f, b, g, n, j_row, l_tmp);
+    TOC(1, "L");
+    // W = exp(L - lse); without P_w, W is U: written to U's row.
+    T* w_out = f.has_p_w ? w : u_row;
+    for (int64 h = 0; h < d.H; ++h) {
+      const T stat = out.lse[((b * d.G + g) * d.H + h) * d.N + n];
+      MapA<T>(w_out + h * S, M) = (MapA<T>(w + h * S, M) - stat).exp();
+    }
+    w = w_out;
+    TOC(6, "exp");
+    T* dw = du_row;
+    if (f.has_p_w) {
+      Gemm<T, true>(d.Hv, M, d.H, p_w, d.Hv, w, S, u_row, S);  // U
+      TOC(7, "bU");
+      DotAcc(d.H, d.Hv, M, w, S, du_row, S,
+             out.dp_w_lanes + g * d.H * d.Hv * PS,
+             out.dp_w_tail + g * d.H * d.Hv);  // dP_w += W dU^T
+      TOC(10, "dPw");
+      Gemm<T, false>(d.H, M, d.Hv, p_w, d.Hv, du_row, S, dw_tmp, S);
+      dw = dw_tmp;  // dW = P_w dU
+      TOC(11, "dW");
+    }
+    // dL = W (dW - sum_m W dW): into dW's place, or (no P_l: dJ = dL) J's.
+    T* dl = f.has_p_l ? dw : j_row;
+    for (int64 h = 0; h < d.H; ++h) {
+      MapA<T> wr(w + h * S, M), dr(dw + h * S, M);
+      const T dot = (wr * dr).sum();
+      MapA<T>(dl + h * S, M) = wr * (dr - dot);
+      if (f.bias_grad) {
+        MapA<T>(out.dbias + p.BiasRow(b, g, h, n), M) += MapA<T>(dl + h * S, M);
+      }
+    }
+    TOC(12, "dL");
+    if (f.has_p_l) {
+      DotAcc(d.Hk, d.H, M, j_row, S, dl, S,
+             out.dp_l_lanes + g * d.Hk * d.H * PS,
+             out.dp_l_tail + g * d.Hk * d.H);  // dP_l += J dL^T
+      TOC(13, "dPl");
+      Gemm<T, false>(d.Hk, M, d.H, p_l, d.H, dl, S, j_row, S);  // dJ
+      TOC(14, "dJ");
+    }
+  }
+  for (int64 h = 0; h < d.Hv; ++h) {  // dV[h] += U[h]^T dO[h]
+    const int64 head = (b * d.G + g) * d.Hv + h;
+    Gemm<T, true, true>(M, d.Dv, nb, u + h * S, d.Hv * S,
+                  out.dout + (head * d.N + n0) * d.Dv, d.Dv,
+                  out.dv + head * M * d.Dv, d.Dv);
+  }
+  TOC(8, "dV");
+  for (int64 h = 0; h < d.Hk; ++h) {
+    const int64 head = (b * d.G + g) * d.Hk + h;
+    // dQ[h] = dJ[h] K[h]
+    Gemm<T, false>(nb, d.Dk, M, j + h * S, d.Hk * S, p.K(b, g, h), d.Dk,
+                   out.dq + (head * d.N + n0) * d.Dk, d.Dk);
+    TOC(15, "dQ");
+    // dK[h] += dJ[h]^T Q[h]
+    Gemm<T, true, true>(M, d.Dk, nb, j + h * S, d.Hk * S, p.Q(b, g, h, n0), d.Dk,
+                  out.dk + head * M * d.Dk, d.Dk);
+    TOC(16, "dK");
+  }
+}
+
+// ---------------------------------------------------------------- kernels
+
+template <typename T>
+Ptrs<T> InputPtrs(OpKernelContext* ctx, const Dims& d) {
+  Ptrs<T> p;
+  p.q = ctx->input(0).flat<T>().data();
+  p.k = ctx->input(1).flat<T>().data();
+  p.v = ctx->input(2).flat<T>().data();
+  p.p_l = ctx->input(3).flat<T>().data();
+  p.p_w = ctx->input(4).flat<T>().data();
+  p.bias = ctx->input(5).flat<T>().data();
+  p.kt = p.vt = nullptr;
+  p.d = &d;
+  return p;
+}
+
+void RunTasks(OpKernelContext* ctx, int64 tasks,
+              const std::function<void(int64)>& fn);
+
+// x [heads, rows, cols] -> [heads, cols, ld >= rows] in a temporary (K^T,
+// V^T, rows padded to ld).
+template <typename T>
+Status Transposed(OpKernelContext* ctx, const T* x, int64 heads, int64 rows,
+                  int64 cols, int64 ld, Tensor* tmp, const T** out) {
+  TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DataTypeToEnum<T>::value,
+                                        TensorShape({heads * ld * cols}),
+                                        tmp));
+  T* y = tmp->flat<T>().data();
+  RunTasks(ctx, heads, [&](int64 h) {
+    Eigen::Map<Mat<T>, 0, Eigen::OuterStride<>>(
+        y + h * ld * cols, cols, rows, Eigen::OuterStride<>(ld)).noalias() =
+        CMapM<T>(x + h * rows * cols, rows, cols).transpose();
+  });
+  *out = y;
+  return Status();
+}
+
+// Runs fn(task) for task in [0, tasks) on the op's worker pool, one each.
+void RunTasks(OpKernelContext* ctx, int64 tasks,
+              const std::function<void(int64)>& fn) {
+  if (tasks == 0) return;
+  auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
+  tensorflow::thread::ThreadPool::SchedulingParams params(
+      tensorflow::thread::ThreadPool::SchedulingStrategy::kFixedBlockSize,
+      absl::nullopt, 1);
+  pool->ParallelFor(tasks, params, [&fn](int64 start, int64 limit) {
+    for (int64 t = start; t < limit; ++t) fn(t);
+  });
+}
+
+int NumThreads(OpKernelContext* ctx) {
+  return ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
+}
+
+template <typename T>
+class FusedAttentionCoreOp : public OpKernel {
+ public:
+  explicit FusedAttentionCoreOp(OpKernelConstruction* c) : OpKernel(c) {
+    GetFlags(c, &flags_);
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    Dims d;
+    OP_REQUIRES_OK(ctx, ReadDims(ctx, flags_, &d));
+    TensorShape o_shape, lse_shape;
+    OutputShapes(ctx, flags_, &o_shape, &lse_shape);
+    Tensor *o, *lse;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, o_shape, &o));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, lse_shape, &lse));
+    if (d.M == 0) {  // softmax over nothing: no weights, O = 0
+      o->flat<T>().setZero();
+      lse->flat<T>().setConstant(-std::numeric_limits<T>::infinity());
+      return;
+    }
+    Ptrs<T> p = InputPtrs<T>(ctx, d);
+    Tensor kt;
+    OP_REQUIRES_OK(ctx, Transposed(ctx, p.k, d.B * d.G * d.Hk, d.M, d.Dk, d.ldm, &kt,
+                                   &p.kt));
+    T* out = o->flat<T>().data();
+    T* stats = lse->flat<T>().data();
+    const Flags& f = flags_;
+    RunTasks(ctx, d.B * d.G * d.blocks, [&](int64 t) {
+      const int64 block = t % d.blocks, bg = t / d.blocks;
+      ForwardBlock(p, f, bg / d.G, bg % d.G, block * d.bq, out, stats);
+    });
+  }
+
+ private:
+  Flags flags_;
+};
+
+template <typename T>
+class FusedAttentionCoreGradOp : public OpKernel {
+ public:
+  explicit FusedAttentionCoreGradOp(OpKernelConstruction* c) : OpKernel(c) {
+    GetFlags(c, &flags_);
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    Dims d;
+    OP_REQUIRES_OK(ctx, ReadDims(ctx, flags_, &d));
+    const Tensor& lse = ctx->input(6);
+    const Tensor& dout = ctx->input(7);
+    TensorShape o_shape, lse_shape;
+    OutputShapes(ctx, flags_, &o_shape, &lse_shape);
+    OP_REQUIRES(ctx, dout.shape() == o_shape,
+                Bad("do must be O's shape " + o_shape.DebugString() +
+                    ", got " + ShapeStr(dout)));
+    OP_REQUIRES(ctx, lse.shape() == lse_shape,
+                Bad("lse must be " + lse_shape.DebugString() + ", got " +
+                    ShapeStr(lse)));
+    Tensor* grads[6];
+    for (int i = 0; i < 6; ++i) {
+      TensorShape shape = ctx->input(i).shape();
+      if (i == 5 && !flags_.bias_grad) shape = TensorShape({0});
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(i, shape, &grads[i]));
+    }
+    for (int i = 1; i < 6; ++i) grads[i]->flat<T>().setZero();
+    if (d.M == 0) {
+      grads[0]->flat<T>().setZero();
+      return;
+    }
+    Run(ctx, d, grads, lse.flat<T>().data(), dout.flat<T>().data());
+  }
+
+ private:
+  void Run(OpKernelContext* ctx, const Dims& d, Tensor** grads, const T* lse,
+           const T* dout) {
+    const Flags& f = flags_;
+    // A task loops over the batch (or the groups) itself when the bias it
+    // sums into is broadcast over them, so that it alone owns its rows.
+    const bool all_b = f.bias_grad && d.Bb == 1;
+    const bool all_g = f.bias_grad && d.Hb == 1;
+    const int64 nb_out = all_b ? 1 : d.B, ng_out = all_g ? 1 : d.G;
+    const int64 outer = nb_out * ng_out;
+    const int64 want = 2 * static_cast<int64>(NumThreads(ctx));
+    const int64 chunks = std::max<int64>(
+        1, std::min<int64>(d.blocks, (want + outer - 1) / outer));
+    const int64 tasks = chunks * outer;
+    const int64 k_size = d.B * d.G * d.Hk * d.M * d.Dk;
+    const int64 v_size = d.B * d.G * d.Hv * d.M * d.Dv;
+    constexpr int PS = PacketSize<T>();
+    const int64 pl_size = f.has_p_l ? d.G * d.Hk * d.H : 0;
+    const int64 pw_size = f.has_p_w ? d.G * d.H * d.Hv : 0;
+    // [chunks - 1] dK, dV and [tasks] dP_l, dP_w partials (lanes and tails)
+    const int64 dp_size = (pl_size + pw_size) * (PS + 1);
+    Tensor partial;
+    const int64 extra = chunks - 1;
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(
+        tensorflow::DataTypeToEnum<T>::value,
+        TensorShape({extra * (k_size + v_size) + tasks * dp_size}),
+        &partial));
+    partial.flat<T>().setZero();
+    T* part = partial.flat<T>().data();
+    T* dk = grads[1]->flat<T>().data();
+    T* dv = grads[2]->flat<T>().data();
+    T* dp = part + extra * (k_size + v_size);
+    Ptrs<T> p = InputPtrs<T>(ctx, d);
+    Tensor kt, vt;
+    OP_REQUIRES_OK(ctx, Transposed(ctx, p.k, d.B * d.G * d.Hk, d.M, d.Dk, d.ldm, &kt,
+                                   &p.kt));
+    OP_REQUIRES_OK(ctx, Transposed(ctx, p.v, d.B * d.G * d.Hv, d.M, d.Dv, d.ldm, &vt,
+                                   &p.vt));
+    RunTasks(ctx, tasks, [&](int64 t) {
+      const int64 c = t % chunks, o = t / chunks;
+      const int64 bo = o / ng_out, go = o % ng_out;
+      GradOut<T> out;
+      out.dq = grads[0]->flat<T>().data();
+      out.dk = c == 0 ? dk : part + (c - 1) * (k_size + v_size);
+      out.dv = c == 0 ? dv : part + (c - 1) * (k_size + v_size) + k_size;
+      out.dp_l_lanes = dp + t * dp_size;
+      out.dp_l_tail = out.dp_l_lanes + pl_size * PS;
+      out.dp_w_lanes = out.dp_l_tail + pl_size;
+      out.dp_w_tail = out.dp_w_lanes + pw_size * PS;
+      out.dbias = grads[5]->flat<T>().data();
+      out.lse = lse;
+      out.dout = dout;
+      const int64 first = c * d.blocks / chunks;
+      const int64 last = (c + 1) * d.blocks / chunks;
+      for (int64 b = all_b ? 0 : bo; b < (all_b ? d.B : bo + 1); ++b)
+        for (int64 g = all_g ? 0 : go; g < (all_g ? d.G : go + 1); ++g)
+          for (int64 blk = first; blk < last; ++blk)
+            BackwardBlock(p, f, out, b, g, blk * d.bq);
+    });
+    Reduce(ctx, dk, part, k_size, v_size, extra, 0);
+    Reduce(ctx, dv, part, k_size, v_size, extra, k_size);
+    T* dp_l = grads[3]->flat<T>().data();
+    T* dp_w = grads[4]->flat<T>().data();
+    for (int64 t = 0; t < tasks; ++t) {
+      const T* src = dp + t * dp_size;
+      SumLanes(src, src + pl_size * PS, pl_size, dp_l);
+      src += pl_size * (PS + 1);
+      SumLanes(src, src + pw_size * PS, pw_size, dp_w);
+    }
+  }
+
+  // dst[i] += tail[i] + the PacketSize lanes of i.
+  static void SumLanes(const T* lanes, const T* tail, int64 size, T* dst) {
+    constexpr int PS = PacketSize<T>();
+    for (int64 i = 0; i < size; ++i) {
+      T sum = tail[i];
+      for (int l = 0; l < PS; ++l) sum += lanes[i * PS + l];
+      dst[i] += sum;
+    }
+  }
+
+  // dst += the chunks' partial sums (stride k_size + v_size, from `offset`).
+  static void Reduce(OpKernelContext* ctx, T* dst, const T* part, int64 k_size,
+                     int64 v_size, int64 extra, int64 offset) {
+    if (extra == 0) return;
+    const int64 size = offset == 0 ? k_size : v_size;
+    const int64 pieces = std::max<int64>(1, std::min<int64>(64, size / 4096));
+    RunTasks(ctx, pieces, [&](int64 i) {
+      const int64 lo = i * size / pieces, hi = (i + 1) * size / pieces;
+      for (int64 c = 0; c < extra; ++c) {
+        const T* src = part + c * (k_size + v_size) + offset;
+        for (int64 x = lo; x < hi; ++x) dst[x] += src[x];
+      }
+    });
+  }
+
+  Flags flags_;
+};
+
+// Output shapes where the ranks are known (the kernel checks the sizes).
+Status ForwardShape(InferenceContext* c) {
+  ShapeHandle q = c->input(0), v = c->input(2);
+  bool has_p_l, has_p_w;
+  TF_RETURN_IF_ERROR(c->GetAttr("has_p_l", &has_p_l));
+  TF_RETURN_IF_ERROR(c->GetAttr("has_p_w", &has_p_w));
+  if (c->Rank(q) != 5 || c->Rank(v) != 5) {
+    c->set_output(0, c->UnknownShape());
+    c->set_output(1, c->UnknownShape());
+    return Status();
+  }
+  DimensionHandle heads = c->Dim(q, 2);
+  if (has_p_w) {
+    heads = c->Rank(c->input(4)) == 3 ? c->Dim(c->input(4), 1)
+                                      : c->UnknownDim();
+  } else if (has_p_l) {
+    heads = c->Rank(c->input(3)) == 3 ? c->Dim(c->input(3), 2)
+                                      : c->UnknownDim();
+  }
+  c->set_output(0, c->MakeShape({c->Dim(q, 0), c->Dim(q, 1), c->Dim(v, 2),
+                                 c->Dim(q, 3), c->Dim(v, 4)}));
+  c->set_output(1, c->MakeShape({c->Dim(q, 0), c->Dim(q, 1), heads,
+                                 c->Dim(q, 3)}));
+  return Status();
+}
+
+Status GradShape(InferenceContext* c) {
+  bool bias_grad;
+  TF_RETURN_IF_ERROR(c->GetAttr("bias_grad", &bias_grad));
+  for (int i = 0; i < 5; ++i) c->set_output(i, c->input(i));
+  c->set_output(5, bias_grad ? c->input(5) : c->MakeShape({0}));
+  return Status();
+}
+
+}  // namespace
+
+#define FUSED_CORE_ATTRS                                         \
+  Attr("T: {float, double}")                                     \
+      .Attr("has_p_l: bool")                                     \
+      .Attr("has_p_w: bool")                                     \
+      .Attr("has_bias: bool")                                    \
+      .Attr("bias_grad: bool = false")                           \
+      .Attr("block_queries: int = 0")
+
+REGISTER_OP("FusedAttentionCore")
+    .Input("q: T")
+    .Input("k: T")
+    .Input("v: T")
+    .Input("p_l: T")
+    .Input("p_w: T")
+    .Input("bias: T")
+    .Output("o: T")
+    .Output("lse: T")
+    .FUSED_CORE_ATTRS
+    .SetShapeFn(ForwardShape)
+    .Doc("O [B,G,Hv,N,Dv] and the rows' log-sum-exp [B,G,H,N] (fused_core.cc).");
+
+REGISTER_OP("FusedAttentionCoreGrad")
+    .Input("q: T")
+    .Input("k: T")
+    .Input("v: T")
+    .Input("p_l: T")
+    .Input("p_w: T")
+    .Input("bias: T")
+    .Input("lse: T")
+    .Input("do: T")
+    .Output("dq: T")
+    .Output("dk: T")
+    .Output("dv: T")
+    .Output("dp_l: T")
+    .Output("dp_w: T")
+    .Output("dbias: T")
+    .FUSED_CORE_ATTRS
+    .SetShapeFn(GradShape)
+    .Doc("dQ, dK, dV, dP_l, dP_w, dbias of FusedAttentionCore (fused_core.cc).");
+
+#define REGISTER_FUSED_CORE(T)                                              \
+  REGISTER_KERNEL_BUILDER(                                                  \
+      Name("FusedAttentionCore").Device(DEVICE_CPU).TypeConstraint<T>("T"), \
+      FusedAttentionCoreOp<T>);                                             \
+  REGISTER_KERNEL_BUILDER(Name("FusedAttentionCoreGrad")                    \
+                              .Device(DEVICE_CPU)                           \
+                              .TypeConstraint<T>("T"),                      \
+                          FusedAttentionCoreGradOp<T>);
+
+REGISTER_FUSED_CORE(float);
+REGISTER_FUSED_CORE(double);

@@ -1,0 +1,225 @@
+"""Stops that always work: a long command ends on Ctrl-C or SIGTERM in seconds.
+
+Python runs a signal handler only in the main thread, between two bytecodes:
+while the main thread waits inside TensorFlow (a step on a frozen
+`--cluster` task, a session being created for a huge graph, a checkpoint
+save) the handler waits too, and so did the command (for ever, on a frozen
+task).  install() and force_with() make the stop independent of the main
+thread:
+
+  * install() (the console script, in its main thread): through
+    signal.set_wakeup_fd the C-level handler writes the signal's number to
+    a pipe the moment it arrives, whatever the main thread is doing; a
+    daemon thread reads it.
+  * force_with(line) (a long command, once it knows its line): after a
+    SIGINT or SIGTERM the main thread gets FORCE_AFTER_SECS to stop
+    the usual way (its handler raises KeyboardInterrupt: the command's one
+    line, its lock released, status 130 or 143).  If the process is still
+    there then, the thread waits for a checkpoint save this process is
+    writing (saving(); at most until SAVE_WAIT_SECS after the signal, so a
+    half-written checkpoint is never left by it), prints the command's
+    line, releases every lock this process holds (dir_lock.release_all)
+    and ends the process (os._exit) with 128 + the signal's number.
+
+end() ends the process the same way from any thread with any line (the
+cluster's liveness watchdog, training/liveness.py), and claim() lets the
+main thread and those threads agree on who prints the one line.
+
+Imports only the standard library (and runtime/dir_lock.py): the light
+commands import it before TensorFlow.
+
+Example (a command, before its long work):
+  stops.force_with(lambda signum: "mtf_th train: interrupted")
+"""
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+
+from mtf_talking_heads.runtime import dir_lock
+
+FORCE_AFTER_SECS = 4.0  # a stop the usual way gets this long ...
+SAVE_WAIT_SECS = 8.0  # ... a checkpoint save in progress at most this long
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+_lock = threading.Lock()
+_state = {"line": None, "after": FORCE_AFTER_SECS, "code": None,
+          "prog": None, "thread": None, "signal": None, "forcing": False,
+          "claimed": None, "saves": 0}
+
+
+def install():
+  """Reads SIGINT and SIGTERM as they arrive, for the rest of the process.
+
+  Called by the `mtf_th` console script in its main thread (a command's
+  main() called by a test installs nothing).  Until force_with() names the
+  line, a signal is only recorded.
+
+  Returns:
+    True if installed (False: not the main thread).
+  """
+  with _lock:
+    if _state["thread"] is not None:
+      return True
+  read, write = os.pipe()
+  os.set_blocking(write, False)
+  try:
+    signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+  except ValueError:  # not the main thread
+    os.close(read)
+    os.close(write)
+    return False
+  thread = threading.Thread(target=_read_signals, args=(read,), daemon=True,
+                            name="mtf_th stop watch")
+  with _lock:
+    _state["thread"] = thread
+  thread.start()
+  return True
+
+
+def installed():
+  """True in the `mtf_th` console script (install() ran)."""
+  return _state["thread"] is not None
+
+
+def force_with(line, after_secs=FORCE_AFTER_SECS, code=None, prog=None):
+  """From now on a SIGINT or SIGTERM ends the process within seconds.
+
+  Args:
+    line: line(signum) -> the one line a forced stop prints (computed when
+      it is needed, e.g. with the last checkpoint's step), or None.
+    after_secs: how long the main thread gets to stop the usual way.
+    code: the exit status of a forced stop (None: 128 + the signal).
+    prog: the command's name for error_line, e.g. "mtf_th train".
+  """
+  with _lock:
+    _state.update(line=line, after=after_secs, code=code, prog=prog)
+  signum = _state["signal"]
+  if signum is not None:  # it came before: forced from now
+    _start_force(signum)
+
+
+def stop_signal():
+  """The SIGINT or SIGTERM this process is stopping on (None: none yet)."""
+  return _state["signal"]
+
+
+def note_signal(signum):
+  """The main thread's handler got `signum` (it may run before the watch
+  thread reads the pipe): stop_signal() says so from now on."""
+  if signum in STOP_SIGNALS and _state["signal"] is None:
+    _state["signal"] = signum
+    if _state["line"] is not None:
+      _start_force(signum)
+
+
+def _read_signals(read):
+  while True:
+    try:
+      data = os.read(read, 64)
+    except InterruptedError:
+      continue
+    if not data:
+      return
+    for signum in data:
+      note_signal(signum)
+
+
+def _start_force(signum):
+  with _lock:
+    if _state["forcing"]:
+      return
+    _state["forcing"] = True
+  threading.Thread(target=_force, args=(signum, time.monotonic()),
+                   daemon=True, name="mtf_th forced stop").start()
+
+
+def _force(signum, start):
+  """After the main thread's time (and a save in progress), ends the
+  process with force_with()'s line."""
+  time.sleep(_state["after"])
+  while _state["saves"] > 0 and time.monotonic() - start < SAVE_WAIT_SECS:
+    time.sleep(0.05)
+  try:
+    line = _state["line"](signum)
+  except Exception:  # pylint: disable=broad-except  (the stop must happen)
+    line = None
+  end(line, 128 + signum if _state["code"] is None else _state["code"])
+
+
+def error_line(message):
+  """"<prog>: error: <message>", the form of a command's error line."""
+  return "%s: error: %s" % (_state["prog"] or "mtf_th", message)
+
+
+def claim(code):
+  """The main thread is about to print its one line and exit with `code`.
+
+  Returns:
+    True if it should; False if another thread has printed the line and is
+    ending the process (the caller prints nothing; see hold()).
+  """
+  with _lock:
+    if _state["claimed"] is not None:
+      return False
+    _state["claimed"] = code
+    return True
+
+
+def hold():
+  """Waits for the thread that claimed the line to end the process."""
+  while True:
+    time.sleep(60)
+
+
+def end(line, code):
+  """Ends the process now, from any thread, with its one line.
+
+  Prints `line` (unless the main thread has claimed the line: then
+  nothing, and the main thread's exit status), releases the locks this
+  process holds and exits with `code` without running Python's exit (which
+  would wait for the main thread).
+  """
+  with _lock:
+    first = _state["claimed"] is None
+    if first:
+      _state["claimed"] = code
+    code = _state["claimed"]
+  if first and line:
+    try:
+      print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+      pass
+  dir_lock.release_all()
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except (OSError, ValueError):
+      pass
+  os._exit(code)  # pylint: disable=protected-access
+
+
+@contextlib.contextmanager
+def saving():
+  """Marks a checkpoint save in progress: a forced stop waits for it (up to
+  SAVE_WAIT_SECS after the signal)."""
+  with _lock:
+    _state["saves"] += 1
+  try:
+    yield
+  finally:
+    with _lock:
+      _state["saves"] -= 1
+
+
+def save_started():
+  """saving(), for callers that cannot wrap the save (a saver listener)."""
+  with _lock:
+    _state["saves"] += 1
+
+
+def save_ended():
+  with _lock:
+    _state["saves"] = max(0, _state["saves"] - 1)

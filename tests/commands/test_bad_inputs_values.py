@@ -1,0 +1,245 @@
+"""Values checked for meaning, and refusals before TensorFlow (issue 35).
+
+Through the real `mtf_th` command line: a learning rate <= 0 (or not
+finite), a corpus of blank lines, a step listed twice, mesh_shape = 42,
+seed = 'x', finetune into its own --pretrained_model_dir, and `mtf_th
+server`'s grpc:// entry, missing --module_import and port in use.  Each:
+exit status 2, one line on stderr with its key words, no TensorFlow
+imported (the child process says so) and nothing written.  Two need
+TensorFlow and are one line too (slow): a layer that rejects its gin
+argument (gin adds "In call to configurable" lines to the message), and
+training data that yields no example although its files hold bytes
+(TFRecords of blank texts: the run used to exit 0 after 1 of 4 steps).
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import _cli_util
+
+LM = ["--gin_file", "experiments/lm_heads/01_multi_head_4_32.gin",
+      "--gin_file", "models/lm_tiny.gin"]
+TH = ["--gin_file", "experiments/t5_heads/07_talking_heads_24_32.gin",
+      "--gin_file", "models/t5_tiny.gin"]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+  """A folder with a corpus of blank lines and an (empty) run folder."""
+  base = tmp_path_factory.mktemp("values")
+  for split in ("train", "validation"):
+    (base / ("blank_%s.txt" % split)).write_text("\n\n   \n\t\n\n")
+  (base / "run").mkdir()
+  return str(base)
+
+
+def _corpus(prefix):
+  return ["--gin_param", "th_data.corpus_paths.train = '{base}/%s_train.txt'"
+          % prefix, "--gin_param",
+          "th_data.corpus_paths.validation = '{base}/%s_validation.txt'"
+          % prefix]
+
+
+# name -> (argv with {base}, words of the one line)
+CASES = {
+    "negative_learning_rate": (
+        ["train", "--model_dir", "{base}/new"] + LM +
+        ["--gin_param", "learning_rate = -0.01"],
+        ["learning_rate = -0.01", "a learning rate must be a finite number "
+         "> 0"]),
+    "zero_learning_rate": (
+        ["train", "--model_dir", "{base}/new"] + LM +
+        ["--gin_param", "learning_rate = 0"], ["learning_rate = 0"]),
+    "infinite_learning_rate": (
+        ["train", "--model_dir", "{base}/new"] + LM +
+        ["--gin_param", "learning_rate = 1e999"], ["learning_rate = inf"]),
+    "negative_rate_binding": (
+        ["train", "--model_dir", "{base}/new"] + LM + [
+            "--gin_param",
+            "constant_learning_rate.learning_rate = -1.0"],
+        ["constant_learning_rate.learning_rate = -1.0"]),
+    "negative_constant_schedule": (
+        ["train", "--model_dir", "{base}/new"] + TH +
+        ["--gin_param", "utils.run.learning_rate_schedule = -0.1"],
+        ["utils.run.learning_rate_schedule = -0.1", "finite number > 0"]),
+    "negative_noam_multiplier": (
+        ["train", "--model_dir", "{base}/new"] + TH + [
+            "--gin_param", "learning_rate_schedule_noam.multiplier = -2.0"],
+        ["learning_rate_schedule_noam.multiplier = -2.0"]),
+    "finetune_negative_learning_rate": (
+        ["finetune", "--model_dir", "{base}/new", "--pretrained_model_dir",
+         "{base}/run", "--gin_file",
+         "experiments/lm_heads/01_multi_head_4_32.gin", "--gin_file",
+         "experiments/finetune_embedded_lm.gin", "--gin_param",
+         "learning_rate = -1e-3"], ["learning_rate = -0.001"]),
+    "blank_corpus": (
+        ["train", "--model_dir", "{base}/new"] + LM + _corpus("blank"),
+        ["th_data.corpus_paths.train=", "blank_train.txt",
+         "hold only blank lines", "yields no example"]),
+    "blank_corpus_eval": (
+        ["eval", "--model_dir", "{base}/run"] + LM + _corpus("blank"),
+        ["th_data.corpus_paths.train=", "hold only blank lines"]),
+    "mesh_shape_a_number": (
+        ["train", "--model_dir", "{base}/new"] + TH +
+        ["--gin_param", "mesh_shape = 42"], ["mesh_shape = 42 is not a "
+                                             "string"]),
+    "mesh_shape_a_number_eval": (
+        ["eval", "--model_dir", "{base}/run"] + TH +
+        ["--gin_param", "mesh_shape = 42"], ["mesh_shape = 42"]),
+    "layout_a_list": (
+        ["train", "--model_dir", "{base}/new"] + TH +
+        ["--gin_param", "layout = [1, 2]"], ["layout = [1, 2] is not a "
+                                             "string"]),
+    "seed_a_string": (
+        ["train", "--model_dir", "{base}/new"] + TH +
+        ["--gin_param", "seed = 'x'"], ["seed = 'x' is not an integer"]),
+    "seed_a_float_decode": (
+        ["decode", "--model_dir", "{base}/run", "--input", "a b"] + TH +
+        ["--gin_param", "seed = 1.5"], ["seed = 1.5 is not an integer"]),
+    "negative_dropout": (
+        ["train", "--model_dir", "{base}/new"] + TH +
+        ["--gin_param", "dropout_rate = -0.1"], ["dropout_rate = -0.1"]),
+    "zero_length": (
+        ["train", "--model_dir", "{base}/new"] + TH +
+        ["--gin_param", "inputs_length = 0"],
+        ["inputs_length must be a positive integer, got 0"]),
+    "parameter_gin_would_refuse": (
+        ["train", "--model_dir", "{base}/new"] + TH +
+        ["--gin_param", "mtf_th.TalkingHeadsAttention.d_q = 2"],
+        ["mtf_th.TalkingHeadsAttention has no parameter 'd_q'"]),
+    "keep_checkpoint_steps_twice": (
+        ["train", "--model_dir", "{base}/new", "--keep_checkpoint_steps",
+         "10,10"] + LM, ["--keep_checkpoint_steps", "'10,10' lists step 10 "
+                         "more than once", "give each step once"]),
+    "keep_checkpoint_steps_negative": (
+        ["train", "--model_dir", "{base}/new", "--keep_checkpoint_steps",
+         "5,-1"] + LM, ["--keep_checkpoint_steps", "steps >= 0"]),
+    "eval_checkpoint_steps_twice": (
+        ["eval", "--model_dir", "{base}/run", "--checkpoint_steps", "10,10"],
+        ["--checkpoint_steps", "step 10 more than once"]),
+    "sweep_eval_steps_twice": (
+        ["sweep", "--paper_table", "lm_heads", "--rows", "1", "--output_dir",
+         "{base}/sweep", "--eval_steps", "10,20,20", "--dry_run"],
+        ["--eval_steps", "'10,20,20' lists step 20 more than once"]),
+    "finetune_into_its_pretrained_model_dir": (
+        ["finetune", "--model_dir", "{base}/run", "--pretrained_model_dir",
+         "{base}/run/"] + LM,
+        ["--model_dir must differ from --pretrained_model_dir"]),
+    "server_grpc_url": (
+        ["server", "--cluster", "grpc://localhost:2222", "--task", "0"],
+        ["--cluster entry 0 ('grpc://localhost:2222') is not HOST:PORT",
+         "localhost:2222"]),
+    "server_module_import_missing": (
+        ["server", "--cluster", "localhost:2222", "--task", "0",
+         "--module_import", "no_such_module_xyz"],
+        ["--module_import 'no_such_module_xyz': no such module"]),
+    "server_module_import_missing_submodule": (
+        ["server", "--cluster", "localhost:2222", "--task", "0",
+         "--module_import", "mtf_talking_heads.no_such_tasks"],
+        ["--module_import 'mtf_talking_heads.no_such_tasks'"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_refused_in_one_line_before_tensorflow(base, name):
+  argv, words = CASES[name]
+  argv = [a.format(base=base) for a in argv]
+  before = _cli_util.snapshot(base)
+  result = _cli_util.run(argv, cwd=base)
+  lines = result.stderr.splitlines()
+  assert result.code == 2, result.stderr
+  assert len(lines) == 1, result.stderr
+  assert lines[0].startswith("mtf_th %s: error: " % argv[0]), lines[0]
+  for word in words:
+    assert word in lines[0], lines[0]
+  assert result.tensorflow is False
+  assert _cli_util.snapshot(base) == before
+
+
+def test_server_port_in_use_says_address_in_use(base):
+  with socket.socket() as taken:
+    taken.bind(("", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    result = _cli_util.run(["server", "--cluster", "localhost:%d" % port,
+                            "--task", "0"], cwd=base)
+  assert result.code == 2, result.stderr
+  assert result.stderr.splitlines() == [
+      "mtf_th server: error: cannot listen on localhost:%d (task 0): address "
+      "in use (another process listens on port %d: stop it, or give this "
+      "task another port in --cluster, the same list for every server and "
+      "the client)" % (port, port)]
+  assert result.tensorflow is False
+
+
+def test_server_finds_modules_without_importing_them():
+  from mtf_talking_heads.commands import server  # pylint: disable=g-import-not-at-top
+  for name in ("json", "os.path", "xml.etree.ElementTree",
+               "mtf_talking_heads.data.tasks",
+               "mtf_talking_heads.layers"):  # MOVED_MODULES' old path
+    assert server.findable(name), name
+  for name in ("no_such_module_xyz", "json.nope", "mtf_talking_heads.nope"):
+    assert not server.findable(name), name
+
+
+_AFTER_TF = r"""
+import contextlib, io, json, sys
+import tensorflow as tf
+base = sys.argv[1]
+for split in ("train", "validation"):
+  with tf.io.TFRecordWriter("%s/%s.tfrecord" % (base, split)) as w:
+    text = tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"  "]))
+    w.write(tf.train.Example(features=tf.train.Features(
+        feature={"text": text})).SerializeToString())
+from mtf_talking_heads.commands import train
+out = {}
+for name, argv in json.loads(sys.argv[2]).items():
+  err = io.StringIO()
+  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(
+      io.StringIO()):
+    code = train.main(argv)
+  out[name] = {"code": code, "stderr": err.getvalue()}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_refusals_after_tensorflow_are_one_line(tmp_path):
+  base = str(tmp_path)
+  cases = {
+      "layer_rejects_its_argument": ["--model_dir", base + "/layer"] + TH + [
+          "--gin_param", "mtf_th.TalkingHeadsAttention.dynamic = ['x2q']"],
+      "data_yields_no_example": ["--model_dir", base + "/empty"] + LM + [
+          "--gin_param", "d_model = 32", "--gin_param", "d_ff = 64",
+          "--gin_param", "th_data.corpus_paths.train = '%s/train.tfrecord'"
+          % base, "--gin_param",
+          "th_data.corpus_paths.validation = '%s/validation.tfrecord'"
+          % base],
+  }
+  proc = subprocess.run(
+      [sys.executable, "-c", _AFTER_TF, base, json.dumps(cases)],
+      capture_output=True, text=True, timeout=900, cwd=_cli_util.REPO,
+      env=_cli_util.env())
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  out = json.loads(proc.stdout.splitlines()[-1])
+  errors = {name: [l for l in r["stderr"].splitlines()
+                   if not l.startswith("[")] for name, r in out.items()}
+  layer = out["layer_rejects_its_argument"]
+  assert layer["code"] == 2 and len(errors["layer_rejects_its_argument"]) \
+      == 1, layer["stderr"]
+  assert errors["layer_rejects_its_argument"][0].startswith(
+      "mtf_th train: error: the model's layers reject their gin arguments: ")
+  assert "x2q" in errors["layer_rejects_its_argument"][0]
+  assert not os.path.exists(base + "/layer")
+  empty = out["data_yields_no_example"]
+  assert empty["code"] == 1, empty["stderr"]
+  assert errors["data_yields_no_example"] == [
+      "mtf_th train: error: the training data ended at step %s of 4: task "
+      "'th_lm_bytes' yields no example from its train split (check its "
+      "data, e.g. th_data.corpus_paths); fix it and train into a new "
+      "--model_dir" % errors["data_yields_no_example"][0].split(
+          "ended at step ")[1].split(" ")[0]], empty["stderr"]

@@ -1,0 +1,97 @@
+"""runtime/stops.py: a stop that works while the main thread cannot run
+Python (issue 34), on small Python processes without TensorFlow.
+
+The child's main thread blocks SIGINT and SIGTERM and sleeps in libc
+(ctypes), as a main thread waiting inside TensorFlow does: Python's handler
+never runs there, so only stops' thread can end it.  It holds a directory's
+lock (runtime/dir_lock.py), as `mtf_th train` holds its model_dir's.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import _cli_util
+from mtf_talking_heads.runtime import dir_lock
+from mtf_talking_heads.runtime import stops
+
+# argv[1]: the locked directory; argv[2]: what the child does after its
+# first line ("wait", "save SECS": a checkpoint save of SECS seconds is in
+# progress, "end": another thread ends the run with its own line while the
+# main thread has claimed its line).
+_CHILD = r"""
+import ctypes, os, signal, sys, threading, time
+from mtf_talking_heads.runtime import dir_lock, stops
+directory, what = sys.argv[1], sys.argv[2].split()
+signal.signal(signal.SIGINT, lambda *_: None)  # Python handlers, as cli's
+signal.signal(signal.SIGTERM, lambda *_: None)
+stops.install()
+stops.force_with(lambda signum: "prog: interrupted by %d" % signum,
+                 prog="prog")
+dir_lock.acquire(directory, "--model_dir")
+if what[0] == "save":
+  stops.save_started()
+  threading.Timer(float(what[1]), stops.save_ended).start()
+if what[0] == "end":
+  assert stops.claim(7)
+  threading.Timer(0.5, stops.end, ["a second line", 1]).start()
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT, signal.SIGTERM])
+print("ready", flush=True)
+while True:
+  ctypes.CDLL(None).sleep(60)
+"""
+
+
+def _child(tmp_path, what):
+  directory = str(tmp_path)
+  proc = subprocess.Popen([sys.executable, "-c", _CHILD, directory, what],
+                          env=_cli_util.env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  assert proc.stdout.readline() == "ready\n", proc.communicate()
+  assert os.path.exists(os.path.join(directory, dir_lock.LOCK_FILE))
+  return proc, directory
+
+
+def _stop(proc, sig=None):
+  if sig is not None:
+    proc.send_signal(sig)
+  start = time.time()
+  try:
+    _, err = proc.communicate(timeout=30)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  return proc.returncode, time.time() - start, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_forced_stop_after_the_main_threads_time(tmp_path, sig):
+  """The line, 128 + the signal, the lock released, FORCE_AFTER_SECS on."""
+  proc, directory = _child(tmp_path, "wait")
+  code, seconds, err = _stop(proc, sig)
+  assert (code, err) == (128 + sig, "prog: interrupted by %d\n" % sig)
+  assert stops.FORCE_AFTER_SECS <= seconds <= 10, seconds
+  assert os.listdir(directory) == []
+
+
+def test_a_save_in_progress_is_waited_for_up_to_its_bound(tmp_path):
+  proc, _ = _child(tmp_path, "save 6")  # ends 6 s after the start
+  code, seconds, _ = _stop(proc, signal.SIGTERM)
+  assert code == 143 and 5 <= seconds <= 9, seconds
+  proc, _ = _child(tmp_path, "save 60")  # never in time: SAVE_WAIT_SECS
+  code, seconds, _ = _stop(proc, signal.SIGTERM)
+  assert code == 143, code
+  assert stops.SAVE_WAIT_SECS <= seconds <= 10, seconds
+
+
+def test_one_line_when_the_main_thread_claimed_it(tmp_path):
+  """A thread's end() after the main thread's claim prints nothing and
+  exits with the main thread's status; the lock is still released."""
+  proc, directory = _child(tmp_path, "end")
+  code, _, err = _stop(proc)
+  assert (code, err) == (7, "")
+  assert os.listdir(directory) == []
