@@ -586,21 +586,27 @@ class _StackFinder(object):
 
   def find_spec(self, name, path=None, target=None):
     hook = _HOOKS.get(name)
-    if hook is None or name in _HOOKED:
+    if hook is None or name in _SEARCHING or name in sys.modules:
       return None
-    _HOOKED.add(name)
-    for finder in sys.meta_path:
-      if finder is self or not hasattr(finder, "find_spec"):
-        continue
-      spec = finder.find_spec(name, path, target)
-      if spec is not None:
-        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-          spec.loader = _HookedLoader(spec.loader, hook)
-        return spec
-    return None
+    # Only a guard against our own recursion: a look-up that imports
+    # nothing (importlib.util.find_spec, e.g. core/binding_checks reading
+    # mtf's files as text) must not use up the hook of the real import.
+    _SEARCHING.add(name)
+    try:
+      for finder in sys.meta_path:
+        if finder is self or not hasattr(finder, "find_spec"):
+          continue
+        spec = finder.find_spec(name, path, target)
+        if spec is not None:
+          if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _HookedLoader(spec.loader, hook)
+          return spec
+      return None
+    finally:
+      _SEARCHING.discard(name)
 
 
-_HOOKED = set()
+_SEARCHING = set()
 _FINDER = _StackFinder()
 
 
