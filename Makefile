@@ -1,6 +1,9 @@
 # `make demo` and `make test` set everything up themselves: a .venv built
 # from requirements.lock (exact versions of every package), then the package
-# in editable mode.
+# in editable mode, then the fused attention core's op library, compiled
+# with the machine's C++ compiler ($CXX, else g++; about a minute) into the
+# cache (mtf_talking_heads/nn/fused/build.py; without a compiler the einsum
+# core runs).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -18,6 +21,7 @@ $(STAMP): requirements.lock setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(BIN)/python -m mtf_talking_heads.nn.fused.build || echo "warning: the fused attention core was not built (the line above says why); the einsum core runs instead"
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -82,6 +82,9 @@ setuptools.setup(
     version="0.1.0",
     description="Talking-Heads Attention on named Mesh-TensorFlow dimensions",
     packages=setuptools.find_packages(include=["mtf_talking_heads", "mtf_talking_heads.*"]),
+    # the fused attention core's C++ source, compiled on the user's machine
+    # (nn/fused/build.py)
+    package_data={"mtf_talking_heads.nn.fused": ["fused_core.cc"]},
     py_modules=["mtf_talking_heads_startup"],
     python_requires=">=3.11,<3.12",
     install_requires=INSTALL_REQUIRES,

@@ -24,12 +24,16 @@ def cache_dir():
 
 
 def ops_dir():
-  """Where compiled op libraries go (nn/fused/build.py): <cache_dir()>/ops.
+  """Where compiled op libraries go (nn/fused/build.py): $MTF_TH_OPS_DIR,
+  else <cache_dir()>/ops.
 
   Outside the checkout, so git never sees a .so; each library's name carries
-  a hash of what built it, so a stale one is never loaded.
+  a hash of what built it, so a stale one is never loaded.  $MTF_TH_OPS_DIR
+  lets a process with a cache of its own (a test's MTF_TH_CACHE) share the
+  library already built.
   """
-  return os.path.join(cache_dir(), "ops")
+  return os.path.abspath(os.environ.get("MTF_TH_OPS_DIR") or
+                         os.path.join(cache_dir(), "ops"))
 
 
 def has_built_data(root):

@@ -8,7 +8,9 @@ the library) refuse, each in one line naming the file and what to do:
     a writer's latest (the one it resumes from), a reader's asked steps;
     an index that is empty, cut or garbled, a data shard cut short;
   * a writer's model_dir holding model.ckpt-N without a `checkpoint` file
-    (TF would start again at step 0 and save over model.ckpt-0);
+    after it logged steps (TF would start again at step 0 and save over
+    them; a run killed during its first save, before any step, may start
+    again);
   * train_log.csv (writers) and eval_results.csv (writers and eval) that
     are folders, binary or garbled (run_files.check_file; a cut last line
     is not damage: the writer drops it).
@@ -134,7 +136,8 @@ def check(model_dir, flag="--model_dir", writes=False, steps=None,
     run_files.check_file(model_dir, name)
   prefixes = run_files.checkpoint_prefixes(model_dir)
   state = os.path.join(model_dir, run_files.CHECKPOINT_STATE)
-  if writes and prefixes and not os.path.lexists(state):
+  if writes and prefixes and not os.path.lexists(state) and (
+      run_files.scan_train_log(model_dir)):  # else: killed in its 1st save
     steps_here = sorted(run_files.checkpoint_step(p) for p in prefixes)
     raise DamagedFile(
         "%s %s holds model.ckpt-%s but no 'checkpoint' file naming the "

@@ -207,5 +207,9 @@ def test_baseline_of_another_model_is_a_clear_error(th_checkpoint, tmp_path):
   model_dir, _ = th_checkpoint
   other = str(tmp_path / "other")
   _write_checkpoint(other, {ENC0 + "/p_l": np.eye(3)})
-  with pytest.raises(ValueError, match="baseline has no .*model.ckpt-0"):
+  with pytest.raises(ValueError, match=(
+      r"--baseline .*other/model.ckpt-100 holds another model than "
+      r".*: 2 layers in encoder/ in model.ckpt-100, 1 in the baseline; .*; "
+      r"pass a checkpoint of the same model \(e.g. .*model.ckpt-0\)$")):
     visualize.visualize(model_dir, str(tmp_path / "o"), other)
+  assert not os.path.exists(str(tmp_path / "o"))  # refused before writing

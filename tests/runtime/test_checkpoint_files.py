@@ -145,9 +145,14 @@ def test_each_damage_is_named_and_tensorflow_fails_on_it(saved, tmp_path,
 
 def test_checkpoints_without_a_checkpoint_file_refuse_a_writer(saved,
                                                               tmp_path):
-  """TF would find no latest checkpoint and save over model.ckpt-N."""
+  """TF would find no latest checkpoint and save over model.ckpt-N; unless
+  the run logged no step (a kill during its first save: starting again
+  writes the same checkpoint)."""
   model_dir = _copy(saved, tmp_path)
   os.remove(os.path.join(model_dir, "checkpoint"))
+  run_checks.check(model_dir, writes=True)  # killed in its first save
+  with open(os.path.join(model_dir, run_files.TRAIN_LOG), "w") as f:
+    f.write("step,loss,steps_per_sec,elapsed_sec\n1,2.5,1.5,0.700\n")
   with pytest.raises(run_checks.DamagedFile) as e:
     run_checks.check(model_dir, writes=True)
   assert str(e.value) == (

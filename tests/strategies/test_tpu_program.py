@@ -24,13 +24,13 @@ layout gives.
 1. Training (loss, gradients, SGD update; autostack as gin/mtf_th.gin sets
    it; mtf's bfloat16 activations) of a one-layer Unitransformer, for every
    strategy of estimate/strategy_table.py and Auto times every variant of
-   core/spec.py's VARIANT_TABLE (general bilinear has no strategy: one case,
-   heads on the model axis), layout: measure/comm.py's heads-parallel
-   default plus the strategy's rules.  Each distinct code path once: a pair
-   is built on model:4 or on batch:2,model:2 by turns (MESHES[(i + j) % 2]
-   for strategy i and variant j), so every strategy and every variant is
-   built on both meshes (each graph costs about 0.8 s of CPU; the full
-   matrix twice over would cost 90 s).  A pair the pre-flight refuses
+   core/spec.py's VARIANT_TABLE (general bilinear has no strategy: heads
+   on the model axis, on both meshes), layout: measure/comm.py's
+   heads-parallel default plus the strategy's rules.  Each distinct code
+   path once: a pair is built on model:4 or on batch:2,model:2 by turns
+   (MESHES[(i + j) % 2] for strategy i and variant j), so every strategy
+   and every variant is built on both meshes (a graph costs about 0.8 s of
+   CPU to build; both meshes for every pair would add 35 s).  A pair the pre-flight refuses
    (Strategy.check, no graph: a split of grouped talking heads) must be
    refused with that line when the program is built.  For the talking-heads
    row of every strategy, the counters equal those of the same mtf graph
@@ -43,12 +43,15 @@ layout gives.
 3. The whole program of `mtf_th train --tpu` as launch/tpu.py configures a
    v4-8 (--parallelism model: model:4, bfloat16 activations, Auto for the
    TPU; experiments/encdec_heads talking heads + models/encdec_tiny.gin,
-   Adafactor): launch/tpu.py's pre-flight, then training.estimator.run with
+   Adafactor): launch/tpu.py's gin through training.parse_gin and
+   training.preflight (its pre-flight), then training.estimator.run with
    the TPU's grpc:// address (the package's TPU path) builds the
    TPUEstimator and utils.run's model function (captured); its TRAIN and
-   PREDICT programs pass the checks, and its TRAIN program communicates
+   PREDICT programs pass the checks, its TRAIN program communicates
    exactly what the CPU program does (`mtf_th train` without --tpu: the same
-   path, PlacementMeshImpl on logical CPU devices).
+   path, PlacementMeshImpl on logical CPU devices), and 8 of its 16
+   all-to-alls send float32 gradients rounded to bfloat16 (SimdMeshImpl
+   does every all-to-all in bfloat16; docs/tpu.md).
 """
 import collections
 import os
