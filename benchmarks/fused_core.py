@@ -30,7 +30,6 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads.nn.fused import ops
-from mtf_talking_heads.nn.fused import reference
 
 
 def _project(p, x):

@@ -123,7 +123,9 @@ def console(argv=None):
   # second signal (which _second ignores) would kill it there.
   _handle_both(signal.SIG_IGN)
   if code == 130 and _stop_signal == signal.SIGTERM:
-    return 128 + signal.SIGTERM
+    code = 128 + signal.SIGTERM
+  if stops.hard_exit_wanted():  # a thread still waits inside TensorFlow:
+    stops.end(None, code)  # Python's exit would abort ("terminate called")
   return code
 
 

@@ -204,9 +204,8 @@ def _last_line(line, code):
   import signal  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.runtime import stops  # pylint: disable=g-import-not-at-top
   sigterm = code == 130 and stops.stop_signal() == signal.SIGTERM
-  if not stops.claim(128 + signal.SIGTERM if sigterm else code):
+  if not stops.claim(128 + signal.SIGTERM if sigterm else code, line):
     stops.hold()  # (the console script turns this 130 into 143 too)
-  print(line, file=sys.stderr, flush=True)
   return code
 
 

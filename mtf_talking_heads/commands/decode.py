@@ -64,6 +64,8 @@ def main(argv=None):
 
   def precheck(args):
     common.check_common(args, writes=False)
+    prechecks.text_to_text(args.model_dir, args.gin_file, args.gin_param,
+                           "decode", ": score it with mtf_th eval")
     file_checks.damaged_files(args.model_dir, steps=args.checkpoint_step,
                               step_flag="--checkpoint_step")
     if not args.tpu and not args.cluster:  # as common.memory_check

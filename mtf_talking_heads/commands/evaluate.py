@@ -103,6 +103,8 @@ def main(argv=None):
     if args.metrics:  # this package's and t5's names (data/task_names.py)
       prechecks.task(args.task, prechecks.run_gin_files(
           args.model_dir, args.gin_file), "--task", args.module_import)
+      prechecks.text_to_text(args.model_dir, args.gin_file, args.gin_param,
+                             "downstream metrics decode text: scoring")
     if not args.tpu and not args.cluster:  # as common.memory_check
       prechecks.forward_memory(args.model_dir, args.gin_file, args.gin_param,
                                "eval")

@@ -573,3 +573,30 @@ def _has_text(path, chunk=1 << 20):
           return True
   except OSError:
     return True
+
+
+# training/decoding.TEXT_TO_TEXT (tests/commands/test_bad_inputs_values.py
+# holds them equal): the model types whose outputs are text.
+TEXT_TO_TEXT = ("bitransformer", "delimited_lm")
+
+
+def text_to_text(model_dir, gin_files, gin_params, who, hint=""):
+  """decode and eval --metrics read text out of the model: refuses a
+  utils.run.model_type (the gin text, else model_dir's operative config)
+  that is not text-to-text before TensorFlow loads, in the line
+  training/decoding.load_for_decoding gives after it."""
+  from mtf_talking_heads.core import gin_text  # pylint: disable=g-import-not-at-top
+  try:
+    config = gin_text.GinConfig(run_gin_files(model_dir, gin_files),
+                                gin_params)
+  except (OSError, ValueError):
+    return
+  found = [config.binding(k) for k in ("utils.run.model_type",
+                                       "run.model_type")]
+  model_type = next((t for t in found if t is not None), "bitransformer")
+  if isinstance(model_type, str) and model_type not in TEXT_TO_TEXT:
+    raise commands.UsageError(
+        "%s needs a text-to-text model (model_type bitransformer, or "
+        "delimited_lm: a decoder-only model fine-tuned with "
+        "experiments/finetune_embedded_lm.gin); this one is %r%s"
+        % (who, model_type, hint))

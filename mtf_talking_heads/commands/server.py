@@ -138,12 +138,20 @@ def server_config(devices_per_task, num_gpus):
 
 
 def _load_modules(modules):
-  """tensorflow_text's ops, the package and --module_import modules."""
+  """tensorflow_text's ops, the package, the fused attention core's op
+  (nn/fused: a client's graph places it on the servers' devices) and
+  --module_import modules."""
   import importlib  # pylint: disable=g-import-not-at-top
   import mtf_talking_heads  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import tensorflow_text  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   from mtf_talking_heads import data  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   from mtf_talking_heads import training  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  from mtf_talking_heads.nn.fused import ops  # pylint: disable=g-import-not-at-top
+  module, reason = ops.load()
+  if module is None:
+    print("[server] the fused attention core is not loaded (%s): clients "
+          "need --gin_param=\"mtf_th.core_kernel.kind = 'einsum'\""
+          % reason, file=sys.stderr, flush=True)
   for name in modules:
     try:
       importlib.import_module(name)

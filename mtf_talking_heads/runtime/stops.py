@@ -16,10 +16,12 @@ thread:
     the usual way (its handler raises KeyboardInterrupt: the command's one
     line, its lock released, status 130 or 143).  If the process is still
     there then, the thread waits for a checkpoint save this process is
-    writing (saving(); at most until SAVE_WAIT_SECS after the signal, so a
-    half-written checkpoint is never left by it), prints the command's
-    line, releases every lock this process holds (dir_lock.release_all)
-    and ends the process (os._exit) with 128 + the signal's number.
+    writing (save_started(): at most until SAVE_WAIT_SECS after the
+    signal, so no save is cut short unless it takes longer), prints the
+    command's line, releases every lock this process holds
+    (dir_lock.release_all) and ends the process (os._exit) with 128 + the
+    signal's number.  A save cut short is never listed in the `checkpoint`
+    file (TF's Saver lists a checkpoint after writing it).
 
 end() ends the process the same way from any thread with any line (the
 cluster's liveness watchdog, training/liveness.py), and claim() lets the
@@ -31,7 +33,6 @@ commands import it before TensorFlow.
 Example (a command, before its long work):
   stops.force_with(lambda signum: "mtf_th train: interrupted")
 """
-import contextlib
 import os
 import signal
 import sys
@@ -154,18 +155,36 @@ def error_line(message):
   return "%s: error: %s" % (_state["prog"] or "mtf_th", message)
 
 
-def claim(code):
-  """The main thread is about to print its one line and exit with `code`.
+def claim(code, line=None):
+  """The main thread ends the command with `line` and exit status `code`.
+
+  Prints `line` (to stderr) unless another thread has already printed its
+  own and is ending the process; under the lock end() takes, so exactly
+  one line is printed and none is cut off by end()'s exit.
 
   Returns:
-    True if it should; False if another thread has printed the line and is
-    ending the process (the caller prints nothing; see hold()).
+    True if the line was printed (the caller returns `code`); False if
+    another thread is ending the process (the caller calls hold()).
+    Without install() (a command's main() called in-process, e.g. by a
+    test, may run many times) always True.
   """
+  if not installed():
+    _print(line)
+    return True
   with _lock:
     if _state["claimed"] is not None:
       return False
     _state["claimed"] = code
+    _print(line)
     return True
+
+
+def _print(line):
+  if line:
+    try:
+      print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+      pass
 
 
 def hold():
@@ -183,15 +202,10 @@ def end(line, code):
   would wait for the main thread).
   """
   with _lock:
-    first = _state["claimed"] is None
-    if first:
+    if _state["claimed"] is None:
       _state["claimed"] = code
+      _print(line)
     code = _state["claimed"]
-  if first and line:
-    try:
-      print(line, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-      pass
   dir_lock.release_all()
   for stream in (sys.stdout, sys.stderr):
     try:
@@ -201,21 +215,21 @@ def end(line, code):
   os._exit(code)  # pylint: disable=protected-access
 
 
-@contextlib.contextmanager
-def saving():
-  """Marks a checkpoint save in progress: a forced stop waits for it (up to
-  SAVE_WAIT_SECS after the signal)."""
-  with _lock:
-    _state["saves"] += 1
-  try:
-    yield
-  finally:
-    with _lock:
-      _state["saves"] -= 1
+def exit_hard_at_end():
+  """A thread of this process may still wait inside TensorFlow when the
+  command is done (a probe of a lost --cluster task): the console script
+  then ends the process with end() instead of Python's exit, which would
+  abort it when that thread returns ("terminate called ...")."""
+  _state["hard_exit"] = True
+
+
+def hard_exit_wanted():
+  return bool(_state.get("hard_exit"))
 
 
 def save_started():
-  """saving(), for callers that cannot wrap the save (a saver listener)."""
+  """A checkpoint save this process writes begins: a forced stop waits for
+  save_ended() (up to SAVE_WAIT_SECS after the signal)."""
   with _lock:
     _state["saves"] += 1
 

@@ -26,6 +26,7 @@ Example:
 """
 import collections
 import contextlib
+import sys
 import threading
 
 import tensorflow.compat.v1 as tf
@@ -62,6 +63,7 @@ class Watchdog(object):
     self._steps = collections.deque(maxlen=STEPS_KEPT)
     self._stop = threading.Event()
     self._sessions = {}
+    self._abandoned = False  # a failed probe's session was left to close
     self._graphs = {}
     self._thread = threading.Thread(target=self._run, daemon=True,
                                     name="mtf_th cluster liveness")
@@ -72,10 +74,14 @@ class Watchdog(object):
 
   def stop(self, wait_secs=5.0):
     """No probe reports after this returns.  Waits (at most wait_secs) for
-    a probe in flight: a thread left inside TensorFlow while Python exits
-    ends the process with "terminate called ...", not with its status."""
+    a probe in flight; if one is still in flight, or a failed probe's
+    session is being abandoned, the process ends without Python's exit
+    (stops.exit_hard_at_end: a thread inside TensorFlow while Python exits
+    aborts the process, "terminate called ...", instead of its status)."""
     self._stop.set()
     self._thread.join(wait_secs)
+    if self._thread.is_alive() or self._abandoned:
+      stops.exit_hard_at_end()
 
   def note_step(self, seconds):
     """A training step took `seconds` (the bound grows with the step)."""
@@ -139,6 +145,7 @@ class Watchdog(object):
     """Abandons task's session: closing it may wait for the lost task."""
     session = self._sessions.pop(task, None)
     if session is not None:
+      self._abandoned = True
       threading.Thread(target=_close_quietly, args=(session,),
                        daemon=True).start()
 
@@ -200,7 +207,7 @@ def _end_run(task, cause):
   if stops.installed():
     stops.end(line, 1)
   # a library caller (no `mtf_th` console): the line, and the wait goes on
-  print(line, flush=True)
+  print(line, file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

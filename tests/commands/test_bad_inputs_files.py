@@ -225,6 +225,14 @@ def _replace_with_folder(path):
   os.makedirs(path)
 
 
+def _as_delimited_lm(path):
+  with open(path) as f:
+    text = f.read()
+  assert "run.model_type = 'lm'\n" in text
+  _write(path, text.replace("run.model_type = 'lm'\n",
+                            "run.model_type = 'delimited_lm'\n").encode())
+
+
 def _lock(content):
   def damage(d):
     if content is None:
@@ -293,8 +301,9 @@ CASES = {
         None, ["eval", "--model_dir", "{d}", "--checkpoint_steps", "2,4,2"],
         ["--checkpoint_steps '2,4,2' lists step 2 more than once: give each "
          "step once, e.g. 2,4"]),
-    "decode_output_in_missing_folder": (
-        None, ["decode", "--model_dir", "{d}", "--input", "a b",
+    "decode_output_in_missing_folder": (  # as if fine-tuned text-to-text
+        lambda d: _as_delimited_lm(os.path.join(d, "operative_config.gin")),
+        ["decode", "--model_dir", "{d}", "--input", "a b",
                "--output_file", "{base}/no_such/out.tsv"],
         ["--output_file {base}/no_such/out.tsv: its folder {base}/no_such "
          "does not exist: create it (mkdir -p {base}/no_such)"]),

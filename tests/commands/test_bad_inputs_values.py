@@ -2,20 +2,19 @@
 
 Through the real `mtf_th` command line: a learning rate <= 0 (or not
 finite), a corpus of blank lines, a step listed twice, mesh_shape = 42,
-seed = 'x', finetune into its own --pretrained_model_dir, and `mtf_th
-server`'s grpc:// entry, missing --module_import and port in use.  Each:
+seed = 'x', finetune into its own --pretrained_model_dir, decode (or
+eval --metrics) of a decoder-only LM, and `mtf_th server`'s grpc://
+entry, missing --module_import and port in use.  Each:
 exit status 2, one line on stderr with its key words, no TensorFlow
 imported (the child process says so) and nothing written.  Two need
-TensorFlow and are one line too (slow): a layer that rejects its gin
-argument (gin adds "In call to configurable" lines to the message), and
-training data that yields no example although its files hold bytes
-(TFRecords of blank texts: the run used to exit 0 after 1 of 4 steps).
+TensorFlow and are one line too (slow, each its own `mtf_th train`): a
+layer that rejects its gin argument (gin adds "In call to configurable"
+lines to the message), and training data that yields no example although
+its files hold bytes (TFRecords of blank texts: the run used to exit 0
+after 1 of 4 steps).
 """
-import json
-import os
 import socket
-import subprocess
-import sys
+import struct
 
 import pytest
 
@@ -34,6 +33,9 @@ def base(tmp_path_factory):
   for split in ("train", "validation"):
     (base / ("blank_%s.txt" % split)).write_text("\n\n   \n\t\n\n")
   (base / "run").mkdir()
+  (base / "lm_run").mkdir()  # what eval and decode read first: its config
+  (base / "lm_run" / "operative_config.gin").write_text(
+      "run.model_type = 'lm'\nMIXTURE_NAME = 'th_lm_bytes'\n")
   return str(base)
 
 
@@ -129,6 +131,14 @@ CASES = {
         ["finetune", "--model_dir", "{base}/run", "--pretrained_model_dir",
          "{base}/run/"] + LM,
         ["--model_dir must differ from --pretrained_model_dir"]),
+    "decode_a_decoder_only_lm": (
+        ["decode", "--model_dir", "{base}/lm_run", "--input", "a b"],
+        ["decode needs a text-to-text model", "this one is 'lm': score it "
+         "with mtf_th eval"]),
+    "eval_metrics_of_a_decoder_only_lm": (
+        ["eval", "--model_dir", "{base}/lm_run", "--metrics"],
+        ["downstream metrics decode text: scoring needs a text-to-text "
+         "model", "this one is 'lm'"]),
     "server_grpc_url": (
         ["server", "--cluster", "grpc://localhost:2222", "--task", "0"],
         ["--cluster entry 0 ('grpc://localhost:2222') is not HOST:PORT",
@@ -160,6 +170,21 @@ def test_refused_in_one_line_before_tensorflow(base, name):
   assert _cli_util.snapshot(base) == before
 
 
+def test_text_to_text_is_the_decoders():
+  """prechecks.TEXT_TO_TEXT (before TensorFlow) is training/decoding's,
+  read from its source (importing it would load TensorFlow)."""
+  import ast  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  from mtf_talking_heads.commands import prechecks  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(_cli_util.REPO, "mtf_talking_heads", "training",
+                         "decoding.py")) as f:
+    tree = ast.parse(f.read())
+  found = [ast.literal_eval(n.value) for n in tree.body
+           if isinstance(n, ast.Assign) and
+           [t.id for t in n.targets] == ["TEXT_TO_TEXT"]]
+  assert found == [prechecks.TEXT_TO_TEXT]
+
+
 def test_server_port_in_use_says_address_in_use(base):
   with socket.socket() as taken:
     taken.bind(("", 0))
@@ -186,60 +211,69 @@ def test_server_finds_modules_without_importing_them():
     assert not server.findable(name), name
 
 
-_AFTER_TF = r"""
-import contextlib, io, json, sys
-import tensorflow as tf
-base = sys.argv[1]
-for split in ("train", "validation"):
-  with tf.io.TFRecordWriter("%s/%s.tfrecord" % (base, split)) as w:
-    text = tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"  "]))
-    w.write(tf.train.Example(features=tf.train.Features(
-        feature={"text": text})).SerializeToString())
-from mtf_talking_heads.commands import train
-out = {}
-for name, argv in json.loads(sys.argv[2]).items():
-  err = io.StringIO()
-  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(
-      io.StringIO()):
-    code = train.main(argv)
-  out[name] = {"code": code, "stderr": err.getvalue()}
-print(json.dumps(out))
-"""
+def _tfrecord_of_blank_texts(path):
+  """A TFRecord file of one tf.train.Example whose "text" is blank, written
+  without TensorFlow (the bytes TensorFlow's TFRecordWriter writes)."""
+  def crc32c(data):
+    crc = 0xFFFFFFFF
+    for byte in data:
+      crc ^= byte
+      for _ in range(8):
+        crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+  def masked(data):
+    crc = crc32c(data)
+    return struct.pack("<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8)
+                       & 0xFFFFFFFF)
+
+  def field(number, payload):  # a length-delimited protobuf field
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+  example = field(1, field(1, field(1, b"text") + field(
+      2, field(1, field(1, b"   ")))))  # Example{features{"text": bytes}}
+  length = struct.pack("<Q", len(example))
+  with open(path, "wb") as f:
+    f.write(length + masked(length) + example + masked(example))
+
+
+def _after_tf(argv):
+  """Runs `mtf_th ARGV` (TensorFlow loads); its status and the lines of
+  stderr that are not progress ("[train] ...")."""
+  result = _cli_util.run(argv)
+  return result.code, [l for l in result.stderr.splitlines()
+                       if not l.startswith("[")]
 
 
 @pytest.mark.slow
-def test_refusals_after_tensorflow_are_one_line(tmp_path):
-  base = str(tmp_path)
-  cases = {
-      "layer_rejects_its_argument": ["--model_dir", base + "/layer"] + TH + [
-          "--gin_param", "mtf_th.TalkingHeadsAttention.dynamic = ['x2q']"],
-      "data_yields_no_example": ["--model_dir", base + "/empty"] + LM + [
-          "--gin_param", "d_model = 32", "--gin_param", "d_ff = 64",
-          "--gin_param", "th_data.corpus_paths.train = '%s/train.tfrecord'"
-          % base, "--gin_param",
-          "th_data.corpus_paths.validation = '%s/validation.tfrecord'"
-          % base],
-  }
-  proc = subprocess.run(
-      [sys.executable, "-c", _AFTER_TF, base, json.dumps(cases)],
-      capture_output=True, text=True, timeout=900, cwd=_cli_util.REPO,
-      env=_cli_util.env())
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  out = json.loads(proc.stdout.splitlines()[-1])
-  errors = {name: [l for l in r["stderr"].splitlines()
-                   if not l.startswith("[")] for name, r in out.items()}
-  layer = out["layer_rejects_its_argument"]
-  assert layer["code"] == 2 and len(errors["layer_rejects_its_argument"]) \
-      == 1, layer["stderr"]
-  assert errors["layer_rejects_its_argument"][0].startswith(
+def test_a_layer_that_rejects_its_argument_is_one_line(tmp_path):
+  code, lines = _after_tf(
+      ["train", "--model_dir", str(tmp_path / "run")] + TH +
+      ["--gin_param", "mtf_th.TalkingHeadsAttention.dynamic = ['x2q']"])
+  assert code == 2 and len(lines) == 1, lines
+  assert lines[0].startswith(
       "mtf_th train: error: the model's layers reject their gin arguments: ")
-  assert "x2q" in errors["layer_rejects_its_argument"][0]
-  assert not os.path.exists(base + "/layer")
-  empty = out["data_yields_no_example"]
-  assert empty["code"] == 1, empty["stderr"]
-  assert errors["data_yields_no_example"] == [
+  assert "x2q" in lines[0]
+  assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_training_data_that_yields_no_example_is_one_line(tmp_path):
+  """Its files hold bytes (the blank-lines check before TensorFlow cannot
+  tell), the task yields nothing: the run used to exit 0 after 1 step."""
+  for split in ("train", "validation"):
+    _tfrecord_of_blank_texts(str(tmp_path / ("%s.tfrecord" % split)))
+  code, lines = _after_tf(
+      ["train", "--model_dir", str(tmp_path / "run")] + LM +
+      ["--gin_param", "d_model = 32", "--gin_param", "d_ff = 64"] + sum(
+          (["--gin_param", "th_data.corpus_paths.%s = '%s/%s.tfrecord'"
+            % (split, tmp_path, split)] for split in ("train", "validation")),
+          []))
+  assert code == 1 and len(lines) == 1, lines
+  step = lines[0].split("ended at step ")[-1].split(" ")[0]
+  assert lines[0] == (
       "mtf_th train: error: the training data ended at step %s of 4: task "
       "'th_lm_bytes' yields no example from its train split (check its "
       "data, e.g. th_data.corpus_paths); fix it and train into a new "
-      "--model_dir" % errors["data_yields_no_example"][0].split(
-          "ended at step ")[1].split(" ")[0]], empty["stderr"]
+      "--model_dir" % step)
+  assert int(step) < 4

@@ -4,6 +4,10 @@ no handler of its own).  Runs far too long to finish are stopped mid-run:
 `mtf_th sweep` and `mtf_th demo` get SIGINT while their child run is under
 way, and a sweep also a terminal's Ctrl-C pressed twice (SIGINT to its
 process group) and `kill PID` (SIGTERM) in the background (slow).
+`mtf_th train` gets SIGTERM while it builds a 24-layer graph: one line
+within 10 s (tests/runtime/test_stops.py: the stop while the main thread
+cannot run Python; tests/runtime/test_cluster_faults.py: Ctrl-C with a
+frozen server).
 """
 import collections
 import glob

@@ -18,8 +18,10 @@ continued.  Then `mtf_th eval --checkpoint_steps all` on the same servers:
 task 1 frozen after the first checkpoint's score ends it within 60 s
 keeping that score; rerun, it scores that checkpoint again to the same
 number, and Ctrl-C with task 1 frozen ends it within 10 s while it waits
-inside TensorFlow.  Last, the servers (stopped and continued several times
-by then) each end on their first SIGTERM, status 0, within 10 s.
+inside TensorFlow; on one server of two devices killed (SIGKILL) after the
+first score, it ends within 60 s naming task 0.  Last, the servers (stopped and continued several times
+by then) each end on their first SIGTERM, status 0, within 10 s.  The
+probes' bound (training/liveness.py) is checked without servers.
 """
 import collections
 import glob
@@ -274,8 +276,35 @@ def test_eval_keeps_its_scores_when_a_task_freezes_and_ctrl_c_stops_it(
   assert _scores(model_dir) == kept
 
 
+def test_eval_whose_only_server_is_killed(faults):
+  """One server with both devices (task 0: it holds the session); SIGKILL
+  once checkpoint 0 is scored: one line within 60 s naming task 0, the
+  score kept (this hung before, deaf to SIGTERM)."""
+  model_dir = faults["model_dir"]
+  results = os.path.join(model_dir, run_files.EVAL_RESULTS)
+  os.remove(results)
+  with cluster.LocalServers(1, devices_per_task=2, mtf_th=[MTF_TH]) as one:
+    argv = ["--model_dir", model_dir, "--checkpoint_steps", "all",
+            "--cluster", one.spec, "--devices_per_task", "2"]
+    proc = _start(["eval"] + argv)
+    _cli_util.wait_until(lambda: os.path.exists(results), proc, timeout=900,
+                         poll_secs=0.05)
+    one.kill(0)
+    ended = _until_end(proc, time.time())
+  assert ended.code == 1, ended.stderr[-3000:]
+  assert ended.seconds <= 60, ended.seconds
+  line = _one_line(ended.stderr)
+  assert line.startswith("mtf_th eval: error: lost task 0 (%s) of the "
+                         "cluster (" % one.addresses[0]), line
+  assert line.endswith(
+      "; not retried; eval_results.csv of %s holds checkpoint 0; restart the "
+      "server and rerun with: %s" % (model_dir, cluster.command_line(
+          "mtf_th eval", argv))), line
+  assert list(_scores(model_dir)) == [0]
+
+
 def test_servers_end_on_their_first_sigterm_after_sigstop(servers):
-  """Last in the module: each server, stopped and continued once more,
+  """The last test with the servers: each, stopped and continued once more,
   ends on one SIGTERM with its line and status 0 within 10 s."""
   for task, process in enumerate(servers.processes):
     process.send_signal(signal.SIGSTOP)
@@ -292,3 +321,17 @@ def test_servers_end_on_their_first_sigterm_after_sigstop(servers):
     servers.logs[task].seek(0)
     assert servers.logs[task].read().endswith(
         "[server] task %d stopped\n" % task)
+
+
+def test_probe_bound_follows_the_median_step():
+  """15 s, or 3 x the median of the recent training steps if longer (the
+  first step, which sets the graph up on the servers, does not count)."""
+  from mtf_talking_heads.training import liveness  # pylint: disable=g-import-not-at-top
+  watchdog = liveness.Watchdog(cluster.Cluster(["h0:1", "h1:1"]), None)
+  assert watchdog.bound_secs() == 15
+  for seconds in [300, 2, 2, 2]:  # a slow first step
+    watchdog.note_step(seconds)
+  assert watchdog.bound_secs() == 15
+  for seconds in [8] * 5:
+    watchdog.note_step(seconds)
+  assert watchdog.bound_secs() == 24

@@ -419,13 +419,13 @@ inline void DotTile(int64 depth, const T* a, int64 lda, const T* b,
     }
   }
   for (int i = 0; i < RT; ++i)
-    for (int j = 0; j < ST; ++j) {
-      pstoreu(acc + (i * S + j) * PS, sum[i][j]);
-      T rest = T(0);
-      for (int64 kk = k; kk < depth; ++kk)
-        rest += a[i * lda + kk] * b[j * ldb + kk];
-      tail[i * S + j] += rest;
-    }
+    for (int j = 0; j < ST; ++j) pstoreu(acc + (i * S + j) * PS, sum[i][j]);
+  // (apart: indexing `sum` in a loop of run-time length would keep it in
+  // memory throughout)
+  for (int64 kk = k; kk < depth; ++kk)
+    for (int i = 0; i < RT; ++i)
+      for (int j = 0; j < ST; ++j)
+        tail[i * S + j] += a[i * lda + kk] * b[j * ldb + kk];
 }
 
 template <typename T>
@@ -452,9 +452,49 @@ void DotAcc(int64 R, int64 S, int64 depth, const T* a, int64 lda, const T* b,
   }
 }
 
-// x = exp(x - shift) over n elements, in place; returns their sum.
+// Asks for n elements at x to be brought to L2 (the next query's rows of
+// the block buffers, while this query's run).
 template <typename T>
-T ExpSum(T* x, int64 n, T shift) {
+inline void Prefetch(const T* x, int64 n) {
+  const char* c = reinterpret_cast<const char*>(x);
+  for (int64 i = 0; i < n * static_cast<int64>(sizeof(T)); i += 64)
+    __builtin_prefetch(c + i, 0, 2);
+}
+
+// exp of a packet: Eigen's, and for AVX-512 floats a shorter one (the
+// Cephes polynomial on [-ln 2 / 2, ln 2 / 2], scaled by 2^k with one
+// instruction; within 2e-7 relative, and 0 below e^-104, which the masks'
+// -1e9 reach).
+template <typename P>
+inline P Exp(const P& x) {
+  return Eigen::internal::pexp(x);
+}
+
+#ifdef __AVX512F__
+template <>
+inline __m512 Exp(const __m512& x_in) {
+  const __m512 x = _mm512_max_ps(x_in, _mm512_set1_ps(-104.f));
+  const __m512 k = _mm512_roundscale_ps(
+      _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_fnmadd_ps(
+      k, _mm512_set1_ps(-2.12194440e-4f),
+      _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x));
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r),
+                      _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+  return _mm512_scalef_ps(y, k);
+}
+#endif
+
+// y = exp(x - shift) over n elements (y may be x); returns their sum.
+template <typename T>
+T ExpSum(const T* x, T* y, int64 n, T shift) {
   using namespace Eigen::internal;  // NOLINT (packet primitives)
   typedef Packet<T> P;
   constexpr int PS = PacketSize<T>();
@@ -462,14 +502,14 @@ T ExpSum(T* x, int64 n, T shift) {
   P acc = pset1<P>(T(0));
   int64 i = 0;
   for (; i + PS <= n; i += PS) {
-    const P e = pexp(psub(ploadu<P>(x + i), s));
-    pstoreu(x + i, e);
+    const P e = Exp(psub(ploadu<P>(x + i), s));
+    pstoreu(y + i, e);
     acc = padd(acc, e);
   }
   T sum = predux(acc);
   for (; i < n; ++i) {
-    x[i] = std::exp(x[i] - shift);
-    sum += x[i];
+    y[i] = std::exp(x[i] - shift);
+    sum += y[i];
   }
   return sum;
 }
@@ -497,6 +537,7 @@ void ForwardBlock(const Ptrs<T>& p, const Flags& f, int64 b, int64 g,
   for (int64 r = 0; r < nb; ++r) {
     T* j_row = j + r * d.Hk * S;
     T* u_row = u + r * d.Hv * S;
+    if (r + 1 < nb) Prefetch(j_row + d.Hk * S, d.Hk * S);
     // Without P_w, W is U: L goes straight to U's row.
     T* l = RowLogits(p, f, b, g, n0 + r, j_row, f.has_p_w ? l_tmp : u_row);
     if (!f.has_p_w && l != u_row) {
@@ -509,7 +550,7 @@ void ForwardBlock(const Ptrs<T>& p, const Flags& f, int64 b, int64 g,
     for (int64 h = 0; h < d.H; ++h) {
       T* row = l + h * S;
       const T top = MapA<T>(row, M).maxCoeff();
-      const T sum = ExpSum(row, M, top);
+      const T sum = ExpSum(row, row, M, top);
       inv[h * d.bq + r] = T(1) / sum;
       lse[((b * d.G + g) * d.H + h) * d.N + n0 + r] = top + std::log(sum);
     }
@@ -576,13 +617,17 @@ void BackwardBlock(const Ptrs<T>& p, const Flags& f, const GradOut<T>& out,
     T* j_row = j + r * d.Hk * S;
     T* du_row = du + r * d.Hv * S;
     T* u_row = u + r * d.Hv * S;
+    if (r + 1 < nb) {
+      Prefetch(j_row + d.Hk * S, d.Hk * S);
+      Prefetch(du_row + d.Hv * S, d.Hv * S);
+    }
     T* w = RowLogits(p, f, b, g, n, j_row, l_tmp);
     TOC(1, "L");
     // W = exp(L - lse); without P_w, W is U: written to U's row.
     T* w_out = f.has_p_w ? w : u_row;
     for (int64 h = 0; h < d.H; ++h) {
       const T stat = out.lse[((b * d.G + g) * d.H + h) * d.N + n];
-      MapA<T>(w_out + h * S, M) = (MapA<T>(w + h * S, M) - stat).exp();
+      ExpSum(w + h * S, w_out + h * S, M, stat);
     }
     w = w_out;
     TOC(6, "exp");
