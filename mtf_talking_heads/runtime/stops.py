@@ -77,7 +77,22 @@ def install():
   with _lock:
     _state["thread"] = thread
   thread.start()
+  sys.unraisablehook = _quiet_stops(sys.unraisablehook)
   return True
+
+
+def _quiet_stops(hook):
+  """sys.unraisablehook without the stop's KeyboardInterrupt: Python runs
+  the handler at any bytecode, also in a garbage-collector callback or a
+  __del__ (e.g. jax's _xla_gc_callback while TF builds a graph), where the
+  exception is printed as "Exception ignored in ... Traceback" and
+  dropped; the forced stop then ends the command with its one line."""
+  def quiet(unraisable):
+    if (isinstance(unraisable.exc_value, KeyboardInterrupt)
+        and _state["signal"] is not None):
+      return
+    hook(unraisable)
+  return quiet
 
 
 def installed():

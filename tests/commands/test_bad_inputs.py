@@ -91,8 +91,8 @@ CASES = {
     "eval_into_read_only_model_dir": (
         ["eval", "--model_dir", "{readonly}"], {}, 2,
         ["--model_dir", "read-only", "eval_results.csv"], True, True),
-    "cache_is_a_file": (
-        ["train", "--model_dir", "{model_dir}"] + T5,
+    "cache_is_a_file": (  # the model_dir's own model (SMALL)
+        ["train", "--model_dir", "{model_dir}"] + T5 + SMALL,
         {"MTF_TH_CACHE": "{file}"}, 2,
         ["MTF_TH_CACHE", "is a file", "writable directory"], True, False),
     "cache_read_only_and_empty": (

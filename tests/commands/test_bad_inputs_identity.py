@@ -317,6 +317,7 @@ def test_finetune_states_every_weight_it_loads(world):
       "[finetune] from %s/model.ckpt-2 (step 2): loads all %d weights of this "
       "configuration (and their optimizer slots), initialises none"
       % (world["th"], len(world["out"]["th_weights"])))
+  assert len(world["out"]["th_weights"]) == 23  # docs/training.md
   assert result["unchanged"]  # the pre-trained model_dir
 
 

@@ -5,6 +5,7 @@ The child's main thread blocks SIGINT and SIGTERM and sleeps in libc
 (ctypes), as a main thread waiting inside TensorFlow does: Python's handler
 never runs there, so only stops' thread can end it.  It holds a directory's
 lock (runtime/dir_lock.py), as `mtf_th train` holds its model_dir's.
+A stop that Python drops in a finalizer prints no traceback.
 """
 import os
 import signal
@@ -95,3 +96,29 @@ def test_one_line_when_the_main_thread_claimed_it(tmp_path):
   code, _, err = _stop(proc)
   assert (code, err) == (7, "")
   assert os.listdir(directory) == []
+
+
+def test_a_stop_dropped_in_a_finalizer_prints_no_traceback():
+  """A handler's KeyboardInterrupt raised inside a __del__ (or a garbage
+  collector callback) is dropped by Python with "Exception ignored ...
+  Traceback"; once stopping, stops keeps that quiet (the forced stop ends
+  the command); any other dropped exception is still reported."""
+  code = ("import signal\n"
+          "from mtf_talking_heads.runtime import stops\n"
+          "stops.install()\n"
+          "class Stop:\n"
+          "  def __del__(self):\n"
+          "    raise KeyboardInterrupt()\n"
+          "class Bug:\n"
+          "  def __del__(self):\n"
+          "    raise ValueError('a bug')\n"
+          "Stop()\n"
+          "stops.note_signal(signal.SIGTERM)\n"
+          "Stop()\n"
+          "Bug()\n")
+  proc = subprocess.run([sys.executable, "-c", code], env=_cli_util.env(),
+                        capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stderr.count("Exception ignored in") == 2, proc.stderr
+  assert "KeyboardInterrupt" in proc.stderr.split("Exception ignored in")[1]
+  assert "ValueError: a bug" in proc.stderr.split("Exception ignored in")[2]

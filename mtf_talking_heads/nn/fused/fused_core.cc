@@ -209,9 +209,12 @@ void Gemm(int64 rows, int64 cols, int64 depth, const T* a, int64 lda,
 
 // END_GEMM (benchmarks extract the kernels above up to here)
 
-// Elements of one block buffer ([heads, bq, M]) the automatic block size
-// aims at: small enough that a block's buffers stay in L2.
-constexpr int64 kBlockElements = 96 * 1024;
+// Elements of one block buffer ([bq, heads, M]) the automatic block size
+// aims at (then rounded to 8 queries, within [8, 64]).  Taller blocks read
+// K and V (every head's, from L3) fewer times; the block buffers go to L3
+// either way.  32 queries at 24 heads and m = 512 were fastest on the test
+// machine (benchmarks/fused_core.py --block_queries 16,32,64).
+constexpr int64 kBlockElements = 32 * 24 * 512;
 
 struct Flags {
   bool has_p_l = false, has_p_w = false, has_bias = false, bias_grad = false;
@@ -264,9 +267,12 @@ Status ReadDims(OpKernelContext* ctx, const Flags& f, Dims* d) {
   const Tensor& p_l = ctx->input(3);
   const Tensor& p_w = ctx->input(4);
   const Tensor& bias = ctx->input(5);
-  if (q.dims() != 5) return Bad("q must be [B, G, Hk, N, Dk], got " + ShapeStr(q));
-  if (k.dims() != 5) return Bad("k must be [B, G, Hk, M, Dk], got " + ShapeStr(k));
-  if (v.dims() != 5) return Bad("v must be [B, G, Hv, M, Dv], got " + ShapeStr(v));
+  if (q.dims() != 5)
+    return Bad("q must be [B, G, Hk, N, Dk], got " + ShapeStr(q));
+  if (k.dims() != 5)
+    return Bad("k must be [B, G, Hk, M, Dk], got " + ShapeStr(k));
+  if (v.dims() != 5)
+    return Bad("v must be [B, G, Hv, M, Dv], got " + ShapeStr(v));
   d->B = q.dim_size(0), d->G = q.dim_size(1), d->Hk = q.dim_size(2);
   d->N = q.dim_size(3), d->Dk = q.dim_size(4);
   d->M = k.dim_size(3), d->Hv = v.dim_size(2), d->Dv = v.dim_size(4);
@@ -315,7 +321,7 @@ Status ReadDims(OpKernelContext* ctx, const Flags& f, Dims* d) {
   int64 bq = f.block_queries;
   if (bq == 0) {
     bq = kBlockElements / std::max<int64>(1, heads * d->M);
-    bq = std::max<int64>(8, std::min<int64>(128, bq / 8 * 8));
+    bq = std::max<int64>(8, std::min<int64>(64, bq / 8 * 8));
   }
   d->bq = std::max<int64>(1, std::min(bq, d->N));
   // M rounded up to whole cache lines, plus one line when that is a
@@ -666,8 +672,8 @@ void BackwardBlock(const Ptrs<T>& p, const Flags& f, const GradOut<T>& out,
   for (int64 h = 0; h < d.Hv; ++h) {  // dV[h] += U[h]^T dO[h]
     const int64 head = (b * d.G + g) * d.Hv + h;
     Gemm<T, true, true>(M, d.Dv, nb, u + h * S, d.Hv * S,
-                  out.dout + (head * d.N + n0) * d.Dv, d.Dv,
-                  out.dv + head * M * d.Dv, d.Dv);
+                        out.dout + (head * d.N + n0) * d.Dv, d.Dv,
+                        out.dv + head * M * d.Dv, d.Dv);
   }
   TOC(8, "dV");
   for (int64 h = 0; h < d.Hk; ++h) {
@@ -677,8 +683,8 @@ void BackwardBlock(const Ptrs<T>& p, const Flags& f, const GradOut<T>& out,
                    out.dq + (head * d.N + n0) * d.Dk, d.Dk);
     TOC(15, "dQ");
     // dK[h] += dJ[h]^T Q[h]
-    Gemm<T, true, true>(M, d.Dk, nb, j + h * S, d.Hk * S, p.Q(b, g, h, n0), d.Dk,
-                  out.dk + head * M * d.Dk, d.Dk);
+    Gemm<T, true, true>(M, d.Dk, nb, j + h * S, d.Hk * S, p.Q(b, g, h, n0),
+                        d.Dk, out.dk + head * M * d.Dk, d.Dk);
     TOC(16, "dK");
   }
 }
@@ -759,8 +765,8 @@ class FusedAttentionCoreOp : public OpKernel {
     }
     Ptrs<T> p = InputPtrs<T>(ctx, d);
     Tensor kt;
-    OP_REQUIRES_OK(ctx, Transposed(ctx, p.k, d.B * d.G * d.Hk, d.M, d.Dk, d.ldm, &kt,
-                                   &p.kt));
+    OP_REQUIRES_OK(ctx, Transposed(ctx, p.k, d.B * d.G * d.Hk, d.M, d.Dk,
+                                   d.ldm, &kt, &p.kt));
     T* out = o->flat<T>().data();
     T* stats = lse->flat<T>().data();
     const Flags& f = flags_;
@@ -842,10 +848,10 @@ class FusedAttentionCoreGradOp : public OpKernel {
     T* dp = part + extra * (k_size + v_size);
     Ptrs<T> p = InputPtrs<T>(ctx, d);
     Tensor kt, vt;
-    OP_REQUIRES_OK(ctx, Transposed(ctx, p.k, d.B * d.G * d.Hk, d.M, d.Dk, d.ldm, &kt,
-                                   &p.kt));
-    OP_REQUIRES_OK(ctx, Transposed(ctx, p.v, d.B * d.G * d.Hv, d.M, d.Dv, d.ldm, &vt,
-                                   &p.vt));
+    OP_REQUIRES_OK(ctx, Transposed(ctx, p.k, d.B * d.G * d.Hk, d.M, d.Dk,
+                                   d.ldm, &kt, &p.kt));
+    OP_REQUIRES_OK(ctx, Transposed(ctx, p.v, d.B * d.G * d.Hv, d.M, d.Dv,
+                                   d.ldm, &vt, &p.vt));
     RunTasks(ctx, tasks, [&](int64 t) {
       const int64 c = t % chunks, o = t / chunks;
       const int64 bo = o / ng_out, go = o % ng_out;
@@ -962,7 +968,7 @@ REGISTER_OP("FusedAttentionCore")
     .Output("lse: T")
     .FUSED_CORE_ATTRS
     .SetShapeFn(ForwardShape)
-    .Doc("O [B,G,Hv,N,Dv] and the rows' log-sum-exp [B,G,H,N] (fused_core.cc).");
+    .Doc("O [B,G,Hv,N,Dv] and each row's log-sum-exp [B,G,H,N].");
 
 REGISTER_OP("FusedAttentionCoreGrad")
     .Input("q: T")
@@ -981,7 +987,7 @@ REGISTER_OP("FusedAttentionCoreGrad")
     .Output("dbias: T")
     .FUSED_CORE_ATTRS
     .SetShapeFn(GradShape)
-    .Doc("dQ, dK, dV, dP_l, dP_w, dbias of FusedAttentionCore (fused_core.cc).");
+    .Doc("dQ, dK, dV, dP_l, dP_w, dbias of FusedAttentionCore.");
 
 #define REGISTER_FUSED_CORE(T)                                              \
   REGISTER_KERNEL_BUILDER(                                                  \
