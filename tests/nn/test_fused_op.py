@@ -209,7 +209,7 @@ Z = np.zeros
 SHAPE_ERRORS = [
     ("q_rank", dict(q=Z([2, 1, 3, 4]), k=Z([2, 1, 3, 5, 6]),
                     v=Z([2, 1, 3, 5, 6])),
-     r"fused attention core: q must be \[B, G, Hk, N, Dk\], got \[2,1,3,4\]"),
+     r"q must be \[B, G, Hk, N, Dk\], got \[2,1,3,4\]"),
     ("k_d_k", dict(q=Z([2, 1, 3, 4, 6]), k=Z([2, 1, 3, 5, 7]),
                    v=Z([2, 1, 3, 5, 6])),
      r"k \[2,1,3,5,7\] does not match q \[2,1,3,4,6\] in B, G, Hk or Dk"),
@@ -246,9 +246,12 @@ class ShapeErrorTest(parameterized.TestCase):
 
   @parameterized.named_parameters(*SHAPE_ERRORS)
   def test_kernel_refuses(self, arrays, message):
-    with self.assertRaisesRegex(tf.errors.InvalidArgumentError, message) as e:
+    with self.assertRaises(tf.errors.InvalidArgumentError) as e:
       _raw(**arrays)
-    self.assertStartsWith(e.exception.message, "fused attention core: ")
+    # TF adds the node's traceback around the kernel's one line
+    (line,) = [l for l in e.exception.message.splitlines()
+               if l.startswith("fused attention core: ")]
+    self.assertRegex(line, "^fused attention core: .*%s$" % message)
 
   def test_python_refuses_mixed_dtypes_and_bias_grad_without_bias(self):
     with GRAPH.as_default():
