@@ -353,6 +353,10 @@ struct Ptrs {
   const T* VT(int64 b, int64 g, int64 h) const {
     return vt + ((b * d->G + g) * d->Hv + h) * d->ldm * d->Dv;
   }
+  // (b, g, 0, n) of a [B, G, H, N] tensor (lse, D); heads N apart.
+  const T* Row(const T* x, int64 b, int64 g, int64 n) const {
+    return x + (b * d->G + g) * d->H * d->N + n;
+  }
   // The bias row offset of (b, g, h, n) in [Bb, Hb, N, M].
   int64 BiasRow(int64 b, int64 g, int64 h, int64 n) const {
     const int64 bb = d->Bb == 1 ? 0 : b;
@@ -380,23 +384,23 @@ void BlockJ(const Ptrs<T>& p, int64 b, int64 g, int64 n0, int64 nb, T* j) {
   }
 }
 
-// L of query n: P_l^T J_n ([H, M]) into `l` (or J_n itself without P_l),
-// plus the bias.  Returns L's address.
+// L of query n over keys [m0, m0 + mb): P_l^T J_n ([H, mb], rows ld apart)
+// into `l` (or J_n itself without P_l), plus the bias.  Returns L.
 template <typename T>
 T* RowLogits(const Ptrs<T>& p, const Flags& f, int64 b, int64 g, int64 n,
-             T* j_row, T* l) {
+             int64 m0, int64 mb, int64 ld, T* j_row, T* l) {
   const Dims& d = *p.d;
   if (f.has_p_l) {
-    Gemm<T, true>(d.H, d.M, d.Hk, p.p_l + g * d.Hk * d.H, d.H, j_row, d.ldm,
-                  l, d.ldm);
+    Gemm<T, true>(d.H, mb, d.Hk, p.p_l + g * d.Hk * d.H, d.H, j_row, ld, l,
+                  ld);
   } else {
     l = j_row;
   }
   if (f.has_bias) {
     for (int64 h = 0; h < d.H; ++h) {
-      MapA<T>(l + h * d.ldm, d.M) +=
+      MapA<T>(l + h * ld, mb) +=
           Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(
-              p.bias + p.BiasRow(b, g, h, n), d.M);
+              p.bias + p.BiasRow(b, g, h, n) + m0, mb);
     }
   }
   return l;
@@ -545,7 +549,8 @@ void ForwardBlock(const Ptrs<T>& p, const Flags& f, int64 b, int64 g,
     T* u_row = u + r * d.Hv * S;
     if (r + 1 < nb) Prefetch(j_row + d.Hk * S, d.Hk * S);
     // Without P_w, W is U: L goes straight to U's row.
-    T* l = RowLogits(p, f, b, g, n0 + r, j_row, f.has_p_w ? l_tmp : u_row);
+    T* l = RowLogits(p, f, b, g, n0 + r, 0, M, S, j_row,
+                     f.has_p_w ? l_tmp : u_row);
     if (!f.has_p_w && l != u_row) {
       std::memcpy(u_row, l, sizeof(T) * d.H * S);
       l = u_row;
@@ -583,108 +588,160 @@ void ForwardBlock(const Ptrs<T>& p, const Flags& f, int64 b, int64 g,
 }
 
 // ---------------------------------------------------------------- gradient
+//
+// The gradient works on tiles of bq queries x bk keys (all heads): their
+// buffers (a few hundred KB) stay in L2, and so do the keys' K, V, dK, dV
+// rows while a task runs down the queries of its key chunk.  dL = W (dW -
+// D) needs D = sum over all keys of W dW for each (h, query) first: without
+// P_w it is dO . O (the softmax's usual shortcut); with P_w a first pass
+// over the tiles computes it (J, L, W, dU, dW again: the price of tiles).
 
-// Where one gradient task accumulates: dQ (its rows), dbias (its rows), its
-// chunk's dK and dV partials, its own dP_l, dP_w partials (packet lanes
-// [G, Hk, H, PS] and scalar tails [G, Hk, H]).
+// Tile buffers, rows `ld` apart: J then dJ [bq, Hk, ld], dU [bq, Hv, ld],
+// U [bq, Hv, ld]; row temporaries L/W [H, ld], dW/dL [H, ld].
+template <typename T>
+struct TileBufs {
+  T *j, *du, *u, *l, *dw;
+  int64 ld;
+  TileBufs(const Dims& d, int64 bq, int64 bk) {
+    ld = (bk + 15) / 16 * 16;
+    if (ld % 256 == 0) ld += 16;
+    j = Scratch<T>(ld * (bq * (d.Hk + 2 * d.Hv) + 2 * d.H));
+    du = j + bq * d.Hk * ld;
+    u = du + bq * d.Hv * ld;
+    l = u + bq * d.Hv * ld;
+    dw = l + d.H * ld;
+  }
+};
+
+// J and dU of a tile: queries [n0, n0 + nb), keys [m0, m0 + mb).
+template <typename T>
+void TileJdU(const Ptrs<T>& p, const T* dout, int64 b, int64 g, int64 n0,
+             int64 nb, int64 m0, int64 mb, const TileBufs<T>& t) {
+  const Dims& d = *p.d;
+  for (int64 h = 0; h < d.Hk; ++h)  // J[h] = Q[h] K[h]^T
+    Gemm<T, false>(nb, mb, d.Dk, p.Q(b, g, h, n0), d.Dk, p.KT(b, g, h) + m0,
+                   d.ldm, t.j + h * t.ld, d.Hk * t.ld);
+  for (int64 h = 0; h < d.Hv; ++h) {  // dU[h] = dO[h] V[h]^T
+    const T* dout_h = dout + (((b * d.G + g) * d.Hv + h) * d.N + n0) * d.Dv;
+    Gemm<T, false>(nb, mb, d.Dv, dout_h, d.Dv, p.VT(b, g, h) + m0, d.ldm,
+                   t.du + h * t.ld, d.Hv * t.ld);
+  }
+}
+
+// W = exp(L - lse) of query n into w_out (may be L), all heads.
+template <typename T>
+void RowExp(const Dims& d, const T* lse_n, int64 mb, int64 ld, const T* l,
+            T* w_out) {
+  for (int64 h = 0; h < d.H; ++h)
+    ExpSum(l + h * ld, w_out + h * ld, mb, lse_n[h * d.N]);
+}
+
+// D[h, n] += sum over keys [m0, m0 + mb) of W dW (with P_w): one tile of
+// the first pass.
+template <typename T>
+void DTile(const Ptrs<T>& p, const Flags& f, const T* lse, const T* dout,
+           int64 b, int64 g, int64 n0, int64 nb, int64 m0, int64 mb,
+           const TileBufs<T>& t, T* dsum) {
+  const Dims& d = *p.d;
+  const int64 ld = t.ld;
+  TileJdU(p, dout, b, g, n0, nb, m0, mb, t);
+  for (int64 r = 0; r < nb; ++r) {
+    const int64 n = n0 + r;
+    T* w = RowLogits(p, f, b, g, n, m0, mb, ld, t.j + r * d.Hk * ld, t.l);
+    RowExp(d, p.Row(lse, b, g, n), mb, ld, w, w);
+    Gemm<T, false>(d.H, mb, d.Hv, p.p_w + g * d.H * d.Hv, d.Hv,
+                   t.du + r * d.Hv * ld, ld, t.dw, ld);  // dW = P_w dU
+    for (int64 h = 0; h < d.H; ++h)
+      dsum[((b * d.G + g) * d.H + h) * d.N + n] +=
+          (MapA<T>(w + h * ld, mb) * MapA<T>(t.dw + h * ld, mb)).sum();
+  }
+}
+
+// Where a gradient task accumulates: dQ (its key chunk's partial sums), dK,
+// dV (its keys' rows), dbias (its keys' columns), its own dP_l, dP_w
+// (packet lanes [G, Hk, H, PS] and scalar tails [G, Hk, H]).
 template <typename T>
 struct GradOut {
   T *dq, *dk, *dv, *dbias;
   T *dp_l_lanes, *dp_l_tail, *dp_w_lanes, *dp_w_tail;
-  const T *lse, *dout;
+  const T *lse, *dout, *dsum;
 };
 
-// Block buffers: J then dJ [bq, Hk, M], dU [bq, Hv, M], U [bq, Hv, M]; row
-// temporaries L/W [H, M] and dW/dL [H, M].
 template <typename T>
-void BackwardBlock(const Ptrs<T>& p, const Flags& f, const GradOut<T>& out,
-                   int64 b, int64 g, int64 n0) {
+void BackwardTile(const Ptrs<T>& p, const Flags& f, const GradOut<T>& out,
+                  int64 b, int64 g, int64 n0, int64 nb, int64 m0, int64 mb,
+                  const TileBufs<T>& t) {
   const Dims& d = *p.d;
   constexpr int PS = PacketSize<T>();
-  const int64 nb = std::min(d.bq, d.N - n0), M = d.M, S = d.ldm;
-  T* j = Scratch<T>(d.bq * S * (d.Hk + 2 * d.Hv) + 2 * d.H * S);
-  T* du = j + d.bq * S * d.Hk;
-  T* u = du + d.bq * S * d.Hv;
-  T* l_tmp = u + d.bq * S * d.Hv;
-  T* dw_tmp = l_tmp + d.H * S;
-  TIC;
-  BlockJ(p, b, g, n0, nb, j);
-  TOC(0, "J");
-  for (int64 h = 0; h < d.Hv; ++h) {  // dU[h] = dO[h] V[h]^T
-    const T* dout = out.dout + (((b * d.G + g) * d.Hv + h) * d.N + n0) * d.Dv;
-    Gemm<T, false>(nb, M, d.Dv, dout, d.Dv, p.VT(b, g, h), S, du + h * S,
-                   d.Hv * S);
-  }
-  TOC(9, "dU");
+  const int64 ld = t.ld;
   const T* p_l = p.p_l + g * d.Hk * d.H;
   const T* p_w = p.p_w + g * d.H * d.Hv;
+  TIC;
+  TileJdU(p, out.dout, b, g, n0, nb, m0, mb, t);
+  TOC(0, "JdU");
   for (int64 r = 0; r < nb; ++r) {
     const int64 n = n0 + r;
-    T* j_row = j + r * d.Hk * S;
-    T* du_row = du + r * d.Hv * S;
-    T* u_row = u + r * d.Hv * S;
-    if (r + 1 < nb) {
-      Prefetch(j_row + d.Hk * S, d.Hk * S);
-      Prefetch(du_row + d.Hv * S, d.Hv * S);
-    }
-    T* w = RowLogits(p, f, b, g, n, j_row, l_tmp);
+    T* j_row = t.j + r * d.Hk * ld;
+    T* du_row = t.du + r * d.Hv * ld;
+    T* u_row = t.u + r * d.Hv * ld;
+    T* w = RowLogits(p, f, b, g, n, m0, mb, ld, j_row, t.l);
     TOC(1, "L");
     // W = exp(L - lse); without P_w, W is U: written to U's row.
     T* w_out = f.has_p_w ? w : u_row;
-    for (int64 h = 0; h < d.H; ++h) {
-      const T stat = out.lse[((b * d.G + g) * d.H + h) * d.N + n];
-      ExpSum(w + h * S, w_out + h * S, M, stat);
-    }
+    RowExp(d, p.Row(out.lse, b, g, n), mb, ld, w, w_out);
     w = w_out;
     TOC(6, "exp");
     T* dw = du_row;
     if (f.has_p_w) {
-      Gemm<T, true>(d.Hv, M, d.H, p_w, d.Hv, w, S, u_row, S);  // U
-      TOC(7, "bU");
-      DotAcc(d.H, d.Hv, M, w, S, du_row, S,
+      Gemm<T, true>(d.Hv, mb, d.H, p_w, d.Hv, w, ld, u_row, ld);  // U
+      TOC(7, "U");
+      DotAcc(d.H, d.Hv, mb, w, ld, du_row, ld,
              out.dp_w_lanes + g * d.H * d.Hv * PS,
              out.dp_w_tail + g * d.H * d.Hv);  // dP_w += W dU^T
       TOC(10, "dPw");
-      Gemm<T, false>(d.H, M, d.Hv, p_w, d.Hv, du_row, S, dw_tmp, S);
-      dw = dw_tmp;  // dW = P_w dU
+      Gemm<T, false>(d.H, mb, d.Hv, p_w, d.Hv, du_row, ld, t.dw, ld);
+      dw = t.dw;  // dW = P_w dU
       TOC(11, "dW");
     }
-    // dL = W (dW - sum_m W dW): into dW's place, or (no P_l: dJ = dL) J's.
+    // dL = W (dW - D): into dW's place, or (no P_l: dJ = dL) J's.
     T* dl = f.has_p_l ? dw : j_row;
+    const T* dsum = p.Row(out.dsum, b, g, n);
     for (int64 h = 0; h < d.H; ++h) {
-      MapA<T> wr(w + h * S, M), dr(dw + h * S, M);
-      const T dot = (wr * dr).sum();
-      MapA<T>(dl + h * S, M) = wr * (dr - dot);
+      MapA<T>(dl + h * ld, mb) =
+          MapA<T>(w + h * ld, mb) * (MapA<T>(dw + h * ld, mb) - dsum[h * d.N]);
       if (f.bias_grad) {
-        MapA<T>(out.dbias + p.BiasRow(b, g, h, n), M) += MapA<T>(dl + h * S, M);
+        MapA<T>(out.dbias + p.BiasRow(b, g, h, n) + m0, mb) +=
+            MapA<T>(dl + h * ld, mb);
       }
     }
     TOC(12, "dL");
     if (f.has_p_l) {
-      DotAcc(d.Hk, d.H, M, j_row, S, dl, S,
+      DotAcc(d.Hk, d.H, mb, j_row, ld, dl, ld,
              out.dp_l_lanes + g * d.Hk * d.H * PS,
              out.dp_l_tail + g * d.Hk * d.H);  // dP_l += J dL^T
       TOC(13, "dPl");
-      Gemm<T, false>(d.Hk, M, d.H, p_l, d.H, dl, S, j_row, S);  // dJ
+      Gemm<T, false>(d.Hk, mb, d.H, p_l, d.H, dl, ld, j_row, ld);  // dJ
       TOC(14, "dJ");
     }
   }
   for (int64 h = 0; h < d.Hv; ++h) {  // dV[h] += U[h]^T dO[h]
     const int64 head = (b * d.G + g) * d.Hv + h;
-    Gemm<T, true, true>(M, d.Dv, nb, u + h * S, d.Hv * S,
+    Gemm<T, true, true>(mb, d.Dv, nb, t.u + h * ld, d.Hv * ld,
                         out.dout + (head * d.N + n0) * d.Dv, d.Dv,
-                        out.dv + head * M * d.Dv, d.Dv);
+                        out.dv + (head * d.M + m0) * d.Dv, d.Dv);
   }
   TOC(8, "dV");
   for (int64 h = 0; h < d.Hk; ++h) {
     const int64 head = (b * d.G + g) * d.Hk + h;
-    // dQ[h] = dJ[h] K[h]
-    Gemm<T, false>(nb, d.Dk, M, j + h * S, d.Hk * S, p.K(b, g, h), d.Dk,
-                   out.dq + (head * d.N + n0) * d.Dk, d.Dk);
+    // dQ[h] += dJ[h] K[h]
+    Gemm<T, false, true>(nb, d.Dk, mb, t.j + h * ld, d.Hk * ld,
+                         p.K(b, g, h) + m0 * d.Dk, d.Dk,
+                         out.dq + (head * d.N + n0) * d.Dk, d.Dk);
     TOC(15, "dQ");
     // dK[h] += dJ[h]^T Q[h]
-    Gemm<T, true, true>(M, d.Dk, nb, j + h * S, d.Hk * S, p.Q(b, g, h, n0),
-                        d.Dk, out.dk + head * M * d.Dk, d.Dk);
+    Gemm<T, true, true>(mb, d.Dk, nb, t.j + h * ld, d.Hk * ld,
+                        p.Q(b, g, h, n0), d.Dk,
+                        out.dk + (head * d.M + m0) * d.Dk, d.Dk);
     TOC(16, "dK");
   }
 }
