@@ -77,10 +77,10 @@ CASES = {
                                       p_w=True, bias="relative"),
     # packets: M and D over one packet (16 floats, 8 doubles) plus a tail,
     # more heads than a register tile (8 rows)
-    "talking_heads_packets": dict(B=1, Hk=5, H=9, Hv=6, N=21, M=40, Dk=20,
+    "talking_heads_packets": dict(B=1, Hk=5, H=9, Hv=6, N=21, M=70, Dk=20,
                                   Dv=36, p_l=True, p_w=True, bias="full",
                                   block=8),
-    "multi_head_packets": dict(Hk=2, H=2, Hv=2, N=21, M=40, Dk=36, Dv=20,
+    "multi_head_packets": dict(Hk=2, H=2, Hv=2, N=21, M=70, Dk=36, Dv=20,
                                bias="causal", block=8),
     "logits_only": dict(Hk=3, H=4, Hv=4, p_l=True),
     "logits_only_relative_bias": dict(Hk=3, H=4, Hv=4, p_l=True,
@@ -198,7 +198,7 @@ def _raw(q, k, v, p_l=None, p_w=None, bias=None, grad_do=None):
       out = MODULE.fused_attention_core(*holders, **flags)[0]
     else:
       lse, do = tf.placeholder(tf.float32), tf.placeholder(tf.float32)
-      feed[lse] = np.zeros([q.shape[0], q.shape[1], q.shape[2], q.shape[3]])
+      feed[lse] = np.zeros(q.shape[:4])
       feed[do] = grad_do
       out = MODULE.fused_attention_core_grad(*(holders + [lse, do]),
                                              **flags)[0]

@@ -6,28 +6,35 @@
 //   p_l [G, Hk, H]        p_w [G, H, Hv]        bias [Bb, Hb, N, M]
 //   o [B, G, Hv, N, Dv]   lse [B, G, H, N] (log-sum-exp of each row of L)
 //
-// The paper's section 4, over one block of `bq` queries of one (b, g):
-//   J[hk] = Q[hk] K[hk]^T           [bq, M] per head (Eigen GEMM)
-//   L     = P_l^T J (+ bias)        [H, bq * M]: a GEMM with an inner dim Hk
-//   W     = softmax over m of L     rows of M, exp vectorised (Eigen)
-//   U     = P_w^T W                 [Hv, bq * M]
-//   O[hv] = U[hv] V[hv]             [bq, Dv] per head
-// so the n x m x heads tensors exist one block at a time (a few hundred KB,
-// in cache) and the forward keeps only lse (O(n x h)) for the gradient,
-// which recomputes J, L, W, U block by block:
+// The paper's section 4 over one block of bq queries of one (b, g):
+//   J[h]  = Q[h] K[h]^T                 per head, into a block buffer
+//                                       [bq, Hk, M] (a query's heads together)
+//   then query by query ([heads, M] rows, tens of KB, in L1/L2):
+//   L     = P_l^T J (+ bias)            a product of depth Hk
+//   W     = softmax over m of L         exponentials vectorised; lse kept
+//   U     = P_w^T W                     into a block buffer [bq, Hv, M]
+//   O[h]  = U[h] V[h]                   per head
+// so the n x m x heads tensors exist one block at a time and the forward
+// keeps only lse (O(n x h)) for the gradient, which recomputes J, L, W, U
+// block by block:
 //   dV += U^T dO, dU = dO V^T, dP_w += W dU^T, dW = P_w dU,
 //   dL = W (dW - sum_m W dW), dbias += dL, dP_l += J dL^T, dJ = P_l dL,
 //   dQ = dJ K, dK += dJ^T Q.
 // Multi-head (no P_l, no P_w) runs through the same code with every head a
 // group of its own (the memory layout is the same), so its blocks hold one
-// head and can be taller.
+// head and its K, V stay in cache from block to block.  The products are
+// register-tiled kernels on Eigen's packets (16 floats with AVX-512) that
+// read every operand where it lies (K^T and V^T are laid out once per call),
+// rather than a general GEMM, which would pack its operands for every
+// block's short products.
 //
-// Parallelism: the op's CPU worker pool runs one task per (b, g, chunk of
-// query blocks).  The forward's tasks write disjoint rows.  The gradient's
-// tasks own their dQ rows, their dbias rows (a task loops over the batch or
-// the groups itself when the bias is broadcast over them), and private
-// partial sums of dK, dV (per chunk, summed afterwards) and dP_l, dP_w (per
-// task), so there are no races and the result does not depend on timing.
+// Parallelism: the op's CPU worker pool runs one task per (b, g, block) in
+// the forward, which writes disjoint rows, and per (b, g, chunk of blocks)
+// in the gradient.  A gradient task owns its dQ rows and its dbias rows (it
+// loops over the batch or the groups itself when the bias is broadcast over
+// them) and private partial sums of dK, dV (per chunk, added afterwards) and
+// dP_l, dP_w (per task), so there are no races and the result does not
+// depend on timing.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -41,31 +48,6 @@
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/platform/threadpool.h"
-
-
-#ifdef FUSED_CORE_PROFILE  // development only: cycles per phase, at exit
-#include <x86intrin.h>
-#include <atomic>
-#include <cstdio>
-struct Profile {
-  std::atomic<long long> cycles[32];
-  const char* names[32] = {};
-  ~Profile() {
-    long long total = 0;
-    for (int i = 0; i < 32; ++i) total += cycles[i];
-    for (int i = 0; i < 32; ++i)
-      if (names[i]) fprintf(stderr, "phase %-8s %6.1f%% %.3g Gcycles\n", names[i],
-                            100.0 * cycles[i] / total, cycles[i] * 1e-9);
-  }
-};
-static Profile profile;
-#define TIC unsigned long long tic_ = __rdtsc()
-#define TOC(i, name) do { unsigned long long t_ = __rdtsc(); \
-  profile.cycles[i] += t_ - tic_; profile.names[i] = name; tic_ = t_; } while (0)
-#else
-#define TIC
-#define TOC(i, name)
-#endif
 
 namespace {
 
@@ -190,21 +172,34 @@ inline void Panel(int64 rows, int64 cols, int64 depth, const T* a, int64 lda,
     PanelRows<T, 1, CT, TransA, Acc>(r, cols, depth, a, lda, b, ldb, c, ldc);
 }
 
-// C (+)= A B as above: C [rows, cols], A(r, k), B [depth, cols].
+// C (+)= A B as above: C [rows, cols], A(r, k), B [depth, cols].  With
+// b_panel > 0, B is stored panel by panel (PanelMajor): the 2 PS columns
+// from j are at b + (j / 2 PS) b_panel, rows ldb = 2 PS apart.
 template <typename T, bool TransA, bool Acc = false>
 void Gemm(int64 rows, int64 cols, int64 depth, const T* a, int64 lda,
-          const T* b, int64 ldb, T* c, int64 ldc) {
+          const T* b, int64 ldb, T* c, int64 ldc, int64 b_panel = 0) {
   constexpr int PS = PacketSize<T>();
+  auto column = [&](int64 j) {
+    return b_panel ? b + j / (2 * PS) * b_panel + j % (2 * PS) : b + j;
+  };
   int64 j = 0;
   for (; j + 2 * PS <= cols; j += 2 * PS)
-    Panel<T, 2, TransA, Acc>(rows, 0, depth, a, lda, b + j, ldb, c + j, ldc);
+    Panel<T, 2, TransA, Acc>(rows, 0, depth, a, lda, column(j), ldb, c + j,
+                             ldc);
   if (j + PS <= cols) {
-    Panel<T, 1, TransA, Acc>(rows, 0, depth, a, lda, b + j, ldb, c + j, ldc);
+    Panel<T, 1, TransA, Acc>(rows, 0, depth, a, lda, column(j), ldb, c + j,
+                             ldc);
     j += PS;
   }
   if (j < cols)
-    Panel<T, 0, TransA, Acc>(rows, cols - j, depth, a, lda, b + j, ldb, c + j,
-                             ldc);
+    Panel<T, 0, TransA, Acc>(rows, cols - j, depth, a, lda, column(j), ldb,
+                             c + j, ldc);
+}
+
+// Columns of one panel of a panel-major matrix (K^T, V^T): 2 packets.
+template <typename T>
+constexpr int64 PanelWidth() {
+  return 2 * PacketSize<T>();
 }
 
 // END_GEMM (benchmarks extract the kernels above up to here)
@@ -335,8 +330,10 @@ Status ReadDims(OpKernelContext* ctx, const Flags& f, Dims* d) {
 template <typename T>
 struct Ptrs {
   const T *q, *k, *v, *p_l, *p_w, *bias;
-  // K, V transposed: [B, G, Hk, Dk, ldm], [B, G, Hv, Dv, ldm]
+  // K, V transposed, panel-major: [B, G, Hk, mp / W, Dk, W] (W =
+  // PanelWidth, mp = M rounded up to W), [B, G, Hv, mp / W, Dv, W]
   const T *kt, *vt;
+  int64 mp;
   const Dims* d;
   const T* Q(int64 b, int64 g, int64 h, int64 n) const {
     return q + (((b * d->G + g) * d->Hk + h) * d->N + n) * d->Dk;
@@ -345,17 +342,13 @@ struct Ptrs {
     return k + ((b * d->G + g) * d->Hk + h) * d->M * d->Dk;
   }
   const T* KT(int64 b, int64 g, int64 h) const {
-    return kt + ((b * d->G + g) * d->Hk + h) * d->ldm * d->Dk;
+    return kt + ((b * d->G + g) * d->Hk + h) * mp * d->Dk;
   }
   const T* V(int64 b, int64 g, int64 h) const {
     return v + ((b * d->G + g) * d->Hv + h) * d->M * d->Dv;
   }
   const T* VT(int64 b, int64 g, int64 h) const {
-    return vt + ((b * d->G + g) * d->Hv + h) * d->ldm * d->Dv;
-  }
-  // (b, g, 0, n) of a [B, G, H, N] tensor (lse, D); heads N apart.
-  const T* Row(const T* x, int64 b, int64 g, int64 n) const {
-    return x + (b * d->G + g) * d->H * d->N + n;
+    return vt + ((b * d->G + g) * d->Hv + h) * mp * d->Dv;
   }
   // The bias row offset of (b, g, h, n) in [Bb, Hb, N, M].
   int64 BiasRow(int64 b, int64 g, int64 h, int64 n) const {
@@ -380,27 +373,28 @@ void BlockJ(const Ptrs<T>& p, int64 b, int64 g, int64 n0, int64 nb, T* j) {
   const Dims& d = *p.d;
   for (int64 h = 0; h < d.Hk; ++h) {
     Gemm<T, false>(nb, d.M, d.Dk, p.Q(b, g, h, n0), d.Dk, p.KT(b, g, h),
-                   d.ldm, j + h * d.ldm, d.Hk * d.ldm);
+                   PanelWidth<T>(), j + h * d.ldm, d.Hk * d.ldm,
+                   d.Dk * PanelWidth<T>());
   }
 }
 
-// L of query n over keys [m0, m0 + mb): P_l^T J_n ([H, mb], rows ld apart)
-// into `l` (or J_n itself without P_l), plus the bias.  Returns L.
+// L of query n: P_l^T J_n ([H, M]) into `l` (or J_n itself without P_l),
+// plus the bias.  Returns L's address.
 template <typename T>
 T* RowLogits(const Ptrs<T>& p, const Flags& f, int64 b, int64 g, int64 n,
-             int64 m0, int64 mb, int64 ld, T* j_row, T* l) {
+             T* j_row, T* l) {
   const Dims& d = *p.d;
   if (f.has_p_l) {
-    Gemm<T, true>(d.H, mb, d.Hk, p.p_l + g * d.Hk * d.H, d.H, j_row, ld, l,
-                  ld);
+    Gemm<T, true>(d.H, d.M, d.Hk, p.p_l + g * d.Hk * d.H, d.H, j_row, d.ldm,
+                  l, d.ldm);
   } else {
     l = j_row;
   }
   if (f.has_bias) {
     for (int64 h = 0; h < d.H; ++h) {
-      MapA<T>(l + h * ld, mb) +=
+      MapA<T>(l + h * d.ldm, d.M) +=
           Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(
-              p.bias + p.BiasRow(b, g, h, n) + m0, mb);
+              p.bias + p.BiasRow(b, g, h, n), d.M);
     }
   }
   return l;
@@ -541,21 +535,17 @@ void ForwardBlock(const Ptrs<T>& p, const Flags& f, int64 b, int64 g,
   T* l_tmp = u + d.bq * S * d.Hv;
   T* p_w = l_tmp + d.H * S;
   T* inv = p_w + d.H * d.Hv;
-  TIC;
   BlockJ(p, b, g, n0, nb, j);
-  TOC(0, "J");
   for (int64 r = 0; r < nb; ++r) {
     T* j_row = j + r * d.Hk * S;
     T* u_row = u + r * d.Hv * S;
     if (r + 1 < nb) Prefetch(j_row + d.Hk * S, d.Hk * S);
     // Without P_w, W is U: L goes straight to U's row.
-    T* l = RowLogits(p, f, b, g, n0 + r, 0, M, S, j_row,
-                     f.has_p_w ? l_tmp : u_row);
+    T* l = RowLogits(p, f, b, g, n0 + r, j_row, f.has_p_w ? l_tmp : u_row);
     if (!f.has_p_w && l != u_row) {
       std::memcpy(u_row, l, sizeof(T) * d.H * S);
       l = u_row;
     }
-    TOC(1, "L");
     // W = exp(L - max) / sum: the exponentials in place, the 1 / sum folded
     // into P_w (or into O's rows without P_w).
     for (int64 h = 0; h < d.H; ++h) {
@@ -565,7 +555,6 @@ void ForwardBlock(const Ptrs<T>& p, const Flags& f, int64 b, int64 g,
       inv[h * d.bq + r] = T(1) / sum;
       lse[((b * d.G + g) * d.H + h) * d.N + n0 + r] = top + std::log(sum);
     }
-    TOC(3, "softmax");
     if (f.has_p_w) {
       const T* pw = p.p_w + g * d.H * d.Hv;
       for (int64 h = 0; h < d.H; ++h)
@@ -573,7 +562,6 @@ void ForwardBlock(const Ptrs<T>& p, const Flags& f, int64 b, int64 g,
           p_w[h * d.Hv + v] = pw[h * d.Hv + v] * inv[h * d.bq + r];
       Gemm<T, true>(d.Hv, M, d.H, p_w, d.Hv, l, S, u_row, S);
     }
-    TOC(4, "U");
   }
   for (int64 h = 0; h < d.Hv; ++h) {  // O[h] = U[h] V[h]
     T* o_h = o + (((b * d.G + g) * d.Hv + h) * d.N + n0) * d.Dv;
@@ -584,165 +572,98 @@ void ForwardBlock(const Ptrs<T>& p, const Flags& f, int64 b, int64 g,
         MapA<T>(o_h + r * d.Dv, d.Dv) *= inv[h * d.bq + r];
     }
   }
-  TOC(5, "O");
 }
 
 // ---------------------------------------------------------------- gradient
-//
-// The gradient works on tiles of bq queries x bk keys (all heads): their
-// buffers (a few hundred KB) stay in L2, and so do the keys' K, V, dK, dV
-// rows while a task runs down the queries of its key chunk.  dL = W (dW -
-// D) needs D = sum over all keys of W dW for each (h, query) first: without
-// P_w it is dO . O (the softmax's usual shortcut); with P_w a first pass
-// over the tiles computes it (J, L, W, dU, dW again: the price of tiles).
 
-// Tile buffers, rows `ld` apart: J then dJ [bq, Hk, ld], dU [bq, Hv, ld],
-// U [bq, Hv, ld]; row temporaries L/W [H, ld], dW/dL [H, ld].
-template <typename T>
-struct TileBufs {
-  T *j, *du, *u, *l, *dw;
-  int64 ld;
-  TileBufs(const Dims& d, int64 bq, int64 bk) {
-    ld = (bk + 15) / 16 * 16;
-    if (ld % 256 == 0) ld += 16;
-    j = Scratch<T>(ld * (bq * (d.Hk + 2 * d.Hv) + 2 * d.H));
-    du = j + bq * d.Hk * ld;
-    u = du + bq * d.Hv * ld;
-    l = u + bq * d.Hv * ld;
-    dw = l + d.H * ld;
-  }
-};
-
-// J and dU of a tile: queries [n0, n0 + nb), keys [m0, m0 + mb).
-template <typename T>
-void TileJdU(const Ptrs<T>& p, const T* dout, int64 b, int64 g, int64 n0,
-             int64 nb, int64 m0, int64 mb, const TileBufs<T>& t) {
-  const Dims& d = *p.d;
-  for (int64 h = 0; h < d.Hk; ++h)  // J[h] = Q[h] K[h]^T
-    Gemm<T, false>(nb, mb, d.Dk, p.Q(b, g, h, n0), d.Dk, p.KT(b, g, h) + m0,
-                   d.ldm, t.j + h * t.ld, d.Hk * t.ld);
-  for (int64 h = 0; h < d.Hv; ++h) {  // dU[h] = dO[h] V[h]^T
-    const T* dout_h = dout + (((b * d.G + g) * d.Hv + h) * d.N + n0) * d.Dv;
-    Gemm<T, false>(nb, mb, d.Dv, dout_h, d.Dv, p.VT(b, g, h) + m0, d.ldm,
-                   t.du + h * t.ld, d.Hv * t.ld);
-  }
-}
-
-// W = exp(L - lse) of query n into w_out (may be L), all heads.
-template <typename T>
-void RowExp(const Dims& d, const T* lse_n, int64 mb, int64 ld, const T* l,
-            T* w_out) {
-  for (int64 h = 0; h < d.H; ++h)
-    ExpSum(l + h * ld, w_out + h * ld, mb, lse_n[h * d.N]);
-}
-
-// D[h, n] += sum over keys [m0, m0 + mb) of W dW (with P_w): one tile of
-// the first pass.
-template <typename T>
-void DTile(const Ptrs<T>& p, const Flags& f, const T* lse, const T* dout,
-           int64 b, int64 g, int64 n0, int64 nb, int64 m0, int64 mb,
-           const TileBufs<T>& t, T* dsum) {
-  const Dims& d = *p.d;
-  const int64 ld = t.ld;
-  TileJdU(p, dout, b, g, n0, nb, m0, mb, t);
-  for (int64 r = 0; r < nb; ++r) {
-    const int64 n = n0 + r;
-    T* w = RowLogits(p, f, b, g, n, m0, mb, ld, t.j + r * d.Hk * ld, t.l);
-    RowExp(d, p.Row(lse, b, g, n), mb, ld, w, w);
-    Gemm<T, false>(d.H, mb, d.Hv, p.p_w + g * d.H * d.Hv, d.Hv,
-                   t.du + r * d.Hv * ld, ld, t.dw, ld);  // dW = P_w dU
-    for (int64 h = 0; h < d.H; ++h)
-      dsum[((b * d.G + g) * d.H + h) * d.N + n] +=
-          (MapA<T>(w + h * ld, mb) * MapA<T>(t.dw + h * ld, mb)).sum();
-  }
-}
-
-// Where a gradient task accumulates: dQ (its key chunk's partial sums), dK,
-// dV (its keys' rows), dbias (its keys' columns), its own dP_l, dP_w
-// (packet lanes [G, Hk, H, PS] and scalar tails [G, Hk, H]).
+// Where one gradient task accumulates: dQ (its rows), dbias (its rows), its
+// chunk's dK and dV partials, its own dP_l, dP_w partials (packet lanes
+// [G, Hk, H, PS] and scalar tails [G, Hk, H]).
 template <typename T>
 struct GradOut {
   T *dq, *dk, *dv, *dbias;
   T *dp_l_lanes, *dp_l_tail, *dp_w_lanes, *dp_w_tail;
-  const T *lse, *dout, *dsum;
+  const T *lse, *dout;
 };
 
+// Block buffers: J then dJ [bq, Hk, M], dU [bq, Hv, M], U [bq, Hv, M]; row
+// temporaries L/W [H, M] and dW/dL [H, M].
 template <typename T>
-void BackwardTile(const Ptrs<T>& p, const Flags& f, const GradOut<T>& out,
-                  int64 b, int64 g, int64 n0, int64 nb, int64 m0, int64 mb,
-                  const TileBufs<T>& t) {
+void BackwardBlock(const Ptrs<T>& p, const Flags& f, const GradOut<T>& out,
+                   int64 b, int64 g, int64 n0) {
   const Dims& d = *p.d;
   constexpr int PS = PacketSize<T>();
-  const int64 ld = t.ld;
+  const int64 nb = std::min(d.bq, d.N - n0), M = d.M, S = d.ldm;
+  T* j = Scratch<T>(d.bq * S * (d.Hk + 2 * d.Hv) + 2 * d.H * S);
+  T* du = j + d.bq * S * d.Hk;
+  T* u = du + d.bq * S * d.Hv;
+  T* l_tmp = u + d.bq * S * d.Hv;
+  T* dw_tmp = l_tmp + d.H * S;
+  BlockJ(p, b, g, n0, nb, j);
+  for (int64 h = 0; h < d.Hv; ++h) {  // dU[h] = dO[h] V[h]^T
+    const T* dout = out.dout + (((b * d.G + g) * d.Hv + h) * d.N + n0) * d.Dv;
+    Gemm<T, false>(nb, M, d.Dv, dout, d.Dv, p.VT(b, g, h), PanelWidth<T>(),
+                   du + h * S, d.Hv * S, d.Dv * PanelWidth<T>());
+  }
   const T* p_l = p.p_l + g * d.Hk * d.H;
   const T* p_w = p.p_w + g * d.H * d.Hv;
-  TIC;
-  TileJdU(p, out.dout, b, g, n0, nb, m0, mb, t);
-  TOC(0, "JdU");
   for (int64 r = 0; r < nb; ++r) {
     const int64 n = n0 + r;
-    T* j_row = t.j + r * d.Hk * ld;
-    T* du_row = t.du + r * d.Hv * ld;
-    T* u_row = t.u + r * d.Hv * ld;
-    T* w = RowLogits(p, f, b, g, n, m0, mb, ld, j_row, t.l);
-    TOC(1, "L");
+    T* j_row = j + r * d.Hk * S;
+    T* du_row = du + r * d.Hv * S;
+    T* u_row = u + r * d.Hv * S;
+    if (r + 1 < nb) {
+      Prefetch(j_row + d.Hk * S, d.Hk * S);
+      Prefetch(du_row + d.Hv * S, d.Hv * S);
+    }
+    T* w = RowLogits(p, f, b, g, n, j_row, l_tmp);
     // W = exp(L - lse); without P_w, W is U: written to U's row.
     T* w_out = f.has_p_w ? w : u_row;
-    RowExp(d, p.Row(out.lse, b, g, n), mb, ld, w, w_out);
+    for (int64 h = 0; h < d.H; ++h) {
+      const T stat = out.lse[((b * d.G + g) * d.H + h) * d.N + n];
+      ExpSum(w + h * S, w_out + h * S, M, stat);
+    }
     w = w_out;
-    TOC(6, "exp");
     T* dw = du_row;
     if (f.has_p_w) {
-      Gemm<T, true>(d.Hv, mb, d.H, p_w, d.Hv, w, ld, u_row, ld);  // U
-      TOC(7, "U");
-      DotAcc(d.H, d.Hv, mb, w, ld, du_row, ld,
+      Gemm<T, true>(d.Hv, M, d.H, p_w, d.Hv, w, S, u_row, S);  // U
+      DotAcc(d.H, d.Hv, M, w, S, du_row, S,
              out.dp_w_lanes + g * d.H * d.Hv * PS,
              out.dp_w_tail + g * d.H * d.Hv);  // dP_w += W dU^T
-      TOC(10, "dPw");
-      Gemm<T, false>(d.H, mb, d.Hv, p_w, d.Hv, du_row, ld, t.dw, ld);
-      dw = t.dw;  // dW = P_w dU
-      TOC(11, "dW");
+      Gemm<T, false>(d.H, M, d.Hv, p_w, d.Hv, du_row, S, dw_tmp, S);
+      dw = dw_tmp;  // dW = P_w dU
     }
-    // dL = W (dW - D): into dW's place, or (no P_l: dJ = dL) J's.
+    // dL = W (dW - sum_m W dW): into dW's place, or (no P_l: dJ = dL) J's.
     T* dl = f.has_p_l ? dw : j_row;
-    const T* dsum = p.Row(out.dsum, b, g, n);
     for (int64 h = 0; h < d.H; ++h) {
-      MapA<T>(dl + h * ld, mb) =
-          MapA<T>(w + h * ld, mb) * (MapA<T>(dw + h * ld, mb) - dsum[h * d.N]);
+      MapA<T> wr(w + h * S, M), dr(dw + h * S, M);
+      const T dot = (wr * dr).sum();
+      MapA<T>(dl + h * S, M) = wr * (dr - dot);
       if (f.bias_grad) {
-        MapA<T>(out.dbias + p.BiasRow(b, g, h, n) + m0, mb) +=
-            MapA<T>(dl + h * ld, mb);
+        MapA<T>(out.dbias + p.BiasRow(b, g, h, n), M) += MapA<T>(dl + h * S, M);
       }
     }
-    TOC(12, "dL");
     if (f.has_p_l) {
-      DotAcc(d.Hk, d.H, mb, j_row, ld, dl, ld,
+      DotAcc(d.Hk, d.H, M, j_row, S, dl, S,
              out.dp_l_lanes + g * d.Hk * d.H * PS,
              out.dp_l_tail + g * d.Hk * d.H);  // dP_l += J dL^T
-      TOC(13, "dPl");
-      Gemm<T, false>(d.Hk, mb, d.H, p_l, d.H, dl, ld, j_row, ld);  // dJ
-      TOC(14, "dJ");
+      Gemm<T, false>(d.Hk, M, d.H, p_l, d.H, dl, S, j_row, S);  // dJ
     }
   }
   for (int64 h = 0; h < d.Hv; ++h) {  // dV[h] += U[h]^T dO[h]
     const int64 head = (b * d.G + g) * d.Hv + h;
-    Gemm<T, true, true>(mb, d.Dv, nb, t.u + h * ld, d.Hv * ld,
+    Gemm<T, true, true>(M, d.Dv, nb, u + h * S, d.Hv * S,
                         out.dout + (head * d.N + n0) * d.Dv, d.Dv,
-                        out.dv + (head * d.M + m0) * d.Dv, d.Dv);
+                        out.dv + head * M * d.Dv, d.Dv);
   }
-  TOC(8, "dV");
   for (int64 h = 0; h < d.Hk; ++h) {
     const int64 head = (b * d.G + g) * d.Hk + h;
-    // dQ[h] += dJ[h] K[h]
-    Gemm<T, false, true>(nb, d.Dk, mb, t.j + h * ld, d.Hk * ld,
-                         p.K(b, g, h) + m0 * d.Dk, d.Dk,
-                         out.dq + (head * d.N + n0) * d.Dk, d.Dk);
-    TOC(15, "dQ");
+    // dQ[h] = dJ[h] K[h]
+    Gemm<T, false>(nb, d.Dk, M, j + h * S, d.Hk * S, p.K(b, g, h), d.Dk,
+                   out.dq + (head * d.N + n0) * d.Dk, d.Dk);
     // dK[h] += dJ[h]^T Q[h]
-    Gemm<T, true, true>(mb, d.Dk, nb, t.j + h * ld, d.Hk * ld,
-                        p.Q(b, g, h, n0), d.Dk,
-                        out.dk + (head * d.M + m0) * d.Dk, d.Dk);
-    TOC(16, "dK");
+    Gemm<T, true, true>(M, d.Dk, nb, j + h * S, d.Hk * S, p.Q(b, g, h, n0),
+                        d.Dk, out.dk + head * M * d.Dk, d.Dk);
   }
 }
 
@@ -758,6 +679,7 @@ Ptrs<T> InputPtrs(OpKernelContext* ctx, const Dims& d) {
   p.p_w = ctx->input(4).flat<T>().data();
   p.bias = ctx->input(5).flat<T>().data();
   p.kt = p.vt = nullptr;
+  p.mp = (d.M + PanelWidth<T>() - 1) / PanelWidth<T>() * PanelWidth<T>();
   p.d = &d;
   return p;
 }
@@ -765,19 +687,25 @@ Ptrs<T> InputPtrs(OpKernelContext* ctx, const Dims& d) {
 void RunTasks(OpKernelContext* ctx, int64 tasks,
               const std::function<void(int64)>& fn);
 
-// x [heads, rows, cols] -> [heads, cols, ld >= rows] in a temporary (K^T,
-// V^T, rows padded to ld).
+// x [heads, rows, cols] -> panel-major x^T [heads, mp / W, cols, W] in a
+// temporary (K^T, V^T; W = PanelWidth, rows padded with zeros to mp).
 template <typename T>
 Status Transposed(OpKernelContext* ctx, const T* x, int64 heads, int64 rows,
-                  int64 cols, int64 ld, Tensor* tmp, const T** out) {
+                  int64 cols, int64 mp, Tensor* tmp, const T** out) {
   TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DataTypeToEnum<T>::value,
-                                        TensorShape({heads * ld * cols}),
+                                        TensorShape({heads * mp * cols}),
                                         tmp));
   T* y = tmp->flat<T>().data();
+  constexpr int64 W = PanelWidth<T>();
   RunTasks(ctx, heads, [&](int64 h) {
-    Eigen::Map<Mat<T>, 0, Eigen::OuterStride<>>(
-        y + h * ld * cols, cols, rows, Eigen::OuterStride<>(ld)).noalias() =
-        CMapM<T>(x + h * rows * cols, rows, cols).transpose();
+    const T* xh = x + h * rows * cols;
+    T* yh = y + h * mp * cols;
+    for (int64 p = 0; p < mp / W; ++p)
+      for (int64 c = 0; c < cols; ++c)
+        for (int64 w = 0; w < W; ++w) {
+          const int64 r = p * W + w;
+          yh[(p * cols + c) * W + w] = r < rows ? xh[r * cols + c] : T(0);
+        }
   });
   *out = y;
   return Status();
@@ -823,7 +751,7 @@ class FusedAttentionCoreOp : public OpKernel {
     Ptrs<T> p = InputPtrs<T>(ctx, d);
     Tensor kt;
     OP_REQUIRES_OK(ctx, Transposed(ctx, p.k, d.B * d.G * d.Hk, d.M, d.Dk,
-                                   d.ldm, &kt, &p.kt));
+                                   p.mp, &kt, &p.kt));
     T* out = o->flat<T>().data();
     T* stats = lse->flat<T>().data();
     const Flags& f = flags_;
@@ -906,9 +834,9 @@ class FusedAttentionCoreGradOp : public OpKernel {
     Ptrs<T> p = InputPtrs<T>(ctx, d);
     Tensor kt, vt;
     OP_REQUIRES_OK(ctx, Transposed(ctx, p.k, d.B * d.G * d.Hk, d.M, d.Dk,
-                                   d.ldm, &kt, &p.kt));
+                                   p.mp, &kt, &p.kt));
     OP_REQUIRES_OK(ctx, Transposed(ctx, p.v, d.B * d.G * d.Hv, d.M, d.Dv,
-                                   d.ldm, &vt, &p.vt));
+                                   p.mp, &vt, &p.vt));
     RunTasks(ctx, tasks, [&](int64 t) {
       const int64 c = t % chunks, o = t / chunks;
       const int64 bo = o / ng_out, go = o % ng_out;

@@ -14,12 +14,14 @@ Example (talking heads, B=2, G=1, h_k = h = h_v = 4, n = m = 8, d = 16):
     o = ops.attention_core(q, k, v, p_l, p_w, bias)   # o: [2, 1, 4, 8, 16]
 """
 import sys
+import threading
 
 import tensorflow.compat.v1 as tf
 
 from mtf_talking_heads.nn.fused import build
 
 _OUTCOME = []  # [(module or None, reason)] once load() has run
+_LOCK = threading.Lock()
 
 
 def load():
@@ -35,8 +37,9 @@ def load():
     e.g. "no C++ compiler: 'g++' (the default) not found; install g++ or set
     CXX to a C++ compiler".
   """
-  if not _OUTCOME:
-    _OUTCOME.append(_load())
+  with _LOCK:
+    if not _OUTCOME:
+      _OUTCOME.append(_load())
   return _OUTCOME[0]
 
 
@@ -83,7 +86,8 @@ def fused_core_with_stats(q, k, v, p_l=None, p_w=None, bias=None,
                           bias_grad=False, block_queries=0):
   """(O, lse): attention_core's op with its per-row log-sum-exp [B, G, H, N].
 
-  block_queries: queries per block (0: the kernel's choice); for tuning.
+  block_queries: queries per block (0: the kernel's choice); for tests and
+  tuning.
   """
   module, reason = load()
   if module is None:
