@@ -66,6 +66,9 @@ _PLACEMENTS = {"bitransformer": ("enc_self_attention", "dec_self_attention",
 _MODEL_MACROS = ("num_layers", "d_model", "d_ff", "relative_attention_type")
 _GLOBAL_STEP = "global_step"
 _SLOT = "_slot_"
+# mtf's AdamWeightDecayOptimizer (and nn/optimizers' LAMB) name their slots
+# <weight>/adam_m and <weight>/adam_v.
+_ADAM_SLOTS = ("/adam_m", "/adam_v")
 
 
 # --------------------------------------------------------------------------
@@ -321,12 +324,15 @@ def refusal(model_dir, gin_files, gin_params, flag="--model_dir",
 
 def weights(variables):
   """The model's weights of {name: value}: global_step and optimizer slots
-  (<weight>_slot_<name>, e.g. p_q_slot_v) left out."""
+  (<weight>_slot_<name>, e.g. p_q_slot_v; <weight>/adam_m) left out."""
   names = set(variables)
   out = {}
   for name, value in variables.items():
     base, sep, _ = name.rpartition(_SLOT)
-    if name == _GLOBAL_STEP or (sep and base in names):
+    adam_base = next((name[:-len(s)] for s in _ADAM_SLOTS
+                      if name.endswith(s)), None)
+    if (name == _GLOBAL_STEP or (sep and base in names)
+        or adam_base in names):
       continue
     out[name] = value
   return out

@@ -71,7 +71,6 @@ gin/mtf_th.gin imports this package, which registers every mtf_th.*
 configurable above.
 """
 # pylint: disable=g-importing-member  (this file only re-exports)
-from mtf_talking_heads.training.checkpoints import check_checkpoint_matches
 from mtf_talking_heads.training.checkpoints import checkpoint_steps
 from mtf_talking_heads.training.checkpoints import configured_variables
 from mtf_talking_heads.training.checkpoints import latest_step
@@ -98,7 +97,6 @@ from mtf_talking_heads.training.settings import Settings
 
 __all__ = [
     "available_cpu_devices",
-    "check_checkpoint_matches",
     "check_settings",
     "checkpoint_steps",
     "ConfigError",

@@ -247,40 +247,6 @@ def configured_variables(settings):
     return {v.name: v.shape.to_integer_list for v in graph.all_variables}
 
 
-def check_checkpoint_matches(checkpoint_paths, settings, flag="--model_dir",
-                             missing_ok=False):
-  """The checkpoints hold every configured variable in its shape.
-
-  Args:
-    checkpoint_paths: checkpoint prefixes (model_dir/model.ckpt-N).
-    settings: the configured run's Settings.
-    flag: the flag that named their directory, for the message.
-    missing_ok: only compare shapes (fine-tuning starts from a checkpoint
-      that may lack new variables).
-  Raises:
-    ConfigError: one line naming the first mismatching variable and both
-      shapes, before any graph or event is written.
-  """
-  configured = sorted(configured_variables(settings).items())
-  for path in checkpoint_paths:
-    stored = dict(tf.train.list_variables(path))
-    for name, shape in configured:
-      if name not in stored and missing_ok:
-        continue
-      if name in stored and list(stored[name]) == list(shape):
-        continue
-      model_dir = os.path.dirname(path)
-      found = ("has no variable %s (shape %s in this configuration)" % (
-          name, list(shape)) if name not in stored else
-               "has %s of shape %s but this configuration makes it %s" % (
-                   name, list(stored[name]), list(shape)))
-      raise errors.ConfigError(
-          "%s %s: checkpoint %s %s; the model was trained with other gin "
-          "files (see %s): use those, or another %s" % (
-              flag, model_dir, os.path.basename(path), found,
-              os.path.join(model_dir, "operative_config.gin"), flag))
-
-
 def match_checkpoint_dtype(checkpoint_path):
   """Reads checkpoints in the dtype they were written in (bf16 or f32)."""
   reader = tf.train.load_checkpoint(checkpoint_path)

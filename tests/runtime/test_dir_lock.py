@@ -47,8 +47,10 @@ def test_second_writer_is_refused_before_tensorflow(tmp_path):
     assert "give another --model_dir" in lines[0]
     assert result.tensorflow is False
     # finetune is a writer too; eval and decode (readers) pass the check
+    pretrained = str(tmp_path / "pretrained")
+    os.makedirs(pretrained)
     result = _cli_util.run(["finetune", "--model_dir", model_dir,
-                            "--pretrained_model_dir", model_dir] + T5)
+                            "--pretrained_model_dir", pretrained] + T5)
     assert result.code == 2 and "in use by PID %d" % holder.pid in (
         result.stderr) and result.tensorflow is False
     args = commands.ArgumentParser()
