@@ -249,10 +249,12 @@ def preflight(args):
   except training.ConfigError as e:
     raise ValueError("pre-flight of mtf_th train for %s --parallelism %s: %s"
                      % (args.accelerator, args.parallelism, e)) from e
+  from mtf_talking_heads.commands import vocabulary  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.estimate import fit_check  # pylint: disable=g-import-not-at-top
   line = fit_check.warning("launch/tpu.py", files, params,
                            hardware_of(args.accelerator),
-                           devices_of(args.accelerator))
+                           devices_of(args.accelerator),
+                           vocab=vocabulary.priced_vocab(files, params))
   if line:
     print(line, file=sys.stderr)
 

@@ -188,6 +188,8 @@ def run_command(prog, parser, argv, body, precheck=check_common):
       raise
     return _last_line("%s: error: %s" % (prog, without_gin_context(e)),
                       2 if isinstance(e, training.ConfigError) else 1)
+  finally:  # the claim and the stop were this command's (runtime/stops.py)
+    stops.reset()
 
 
 def without_gin_context(error):
@@ -277,7 +279,8 @@ def checkpoint_params(args):
 
 def memory_check(args, training):
   """Pre-flight: refuses a run on this machine's CPU that is predicted not to
-  fit in its RAM (fit_check.cpu_refusal), before any graph is built.  A
+  fit in its RAM (fit_check.cpu_refusal, with the task's vocabulary as
+  `mtf_th plan` prices it: vocabulary.priced_vocab), before any graph is built.  A
   --tpu run is checked against its slice by launch/tpu.py; a --cluster run
   not at all (the devices are the servers', whose memory this host cannot
   see: docs/cluster.md).
@@ -287,7 +290,10 @@ def memory_check(args, training):
   """
   if args.tpu or getattr(args, "cluster", None):
     return
+  from mtf_talking_heads.commands import vocabulary  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.estimate import fit_check  # pylint: disable=g-import-not-at-top
-  reason = fit_check.cpu_refusal(args.gin_file, args.gin_param)
+  reason = fit_check.cpu_refusal(
+      args.gin_file, args.gin_param,
+      vocab=vocabulary.priced_vocab(args.gin_file, args.gin_param))
   if reason:
     raise training.ConfigError(reason)

@@ -31,6 +31,7 @@ TensorFlow is never imported.
 import sys
 
 from mtf_talking_heads import commands
+from mtf_talking_heads.commands import vocabulary
 from mtf_talking_heads.core import spec as spec_lib
 
 PROG = "mtf_th plan"
@@ -233,7 +234,8 @@ def _vocab_source(args):
   what = "--vocab %d" % args.vocab if args.vocab else "the task's vocabulary"
   if not args.vocab:
     try:
-      what = "%s's %d ids" % task_vocab(args.gin_file, args.gin_param)[::-1]
+      what = "%s's %d ids" % vocabulary.task_vocab(args.gin_file,
+                                                   args.gin_param)[::-1]
     except (commands.UsageError, ValueError):
       pass
   return what + " padded to a multiple of 128, as mtf pads it"
@@ -241,45 +243,14 @@ def _vocab_source(args):
 
 def vocab(args, gin_files, gin_params):
   """The vocabulary dim mtf computes with: --vocab, else the gin files'
-  task's (data/task_names.vocabulary_size), padded (model.padded_vocab).
+  task's (vocabulary.task_vocab), padded (model.padded_vocab).
 
   Raises:
     commands.UsageError: the task's vocabulary is unknown here.
   """
   from mtf_talking_heads.estimate import model as model_lib  # pylint: disable=g-import-not-at-top
-  size = args.vocab or task_vocab(gin_files, gin_params)[0]
+  size = args.vocab or vocabulary.task_vocab(gin_files, gin_params)[0]
   return model_lib.padded_vocab(size)
-
-
-def task_vocab(gin_files, gin_params=()):
-  """(ids of its vocabulary, the gin files' MIXTURE_NAME); the local
-  SentencePiece vocabulary's size from th_data.vocabulary_options.size.
-
-  Raises:
-    commands.UsageError: a task registered elsewhere, or a vocabulary
-      file of one's own (th_data.vocabulary_options.path): give --vocab.
-  """
-  import os  # pylint: disable=g-import-not-at-top
-  import runpy  # pylint: disable=g-import-not-at-top
-  from mtf_talking_heads.core import gin_text  # pylint: disable=g-import-not-at-top
-  config = gin_text.GinConfig(gin_files, gin_params)
-  name = config.get("MIXTURE_NAME") or config.binding(
-      "mesh_train_dataset_fn.mixture_or_task_name")
-  names = runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(
-      os.path.abspath(__file__))), "data", "task_names.py"))
-  pieces = config.binding("th_data.vocabulary_options.size",
-                          names["LOCAL_PIECES"])
-  size = names["vocabulary_size"](name, pieces) if isinstance(
-      name, str) else None
-  own = config.binding("th_data.vocabulary_options.path")
-  if size is None or (own and size != names["BYTE_VOCAB_SIZE"] and
-                      size != names["T5_VOCAB_SIZE"]):
-    raise commands.UsageError(
-        "cannot tell the vocabulary size of %s: give --vocab N (its ids; "
-        "T5's 32128, bytes 259)" % (
-            "th_data.vocabulary_options.path %r" % own if own and size
-            else "MIXTURE_NAME %r" % (name,)))
-  return size, name
 
 
 PAPER_COLUMNS = ("row", "label", "batch_per_device", "data_parallel_gib",

@@ -212,7 +212,8 @@ def forward_memory(model_dir, gin_files, gin_params, what):
   """Refuses an eval or decode on this machine's CPU whose forward pass is
   predicted not to fit in its RAM (memory.predict_forward per logical
   device, the smallest over the strategies Auto may pick, a decode's
-  key/value caches included; the mesh's devices sharing the RAM,
+  key/value caches included; the task's vocabulary as `mtf_th plan` prices
+  it, vocabulary.priced_vocab; the mesh's devices sharing the RAM,
   planner.DEFAULT_MARGIN left free), before TensorFlow is imported.  Reads
   the gin files, else <model_dir>/operative_config.gin; a configuration
   model.py cannot read is left to the command (as fit_check does for
@@ -223,6 +224,7 @@ def forward_memory(model_dir, gin_files, gin_params, what):
   Raises:
     commands.UsageError: one line with both sizes and what to lower.
   """
+  from mtf_talking_heads.commands import vocabulary  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.core import gin_text  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.estimate import fit_check  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.estimate import memory  # pylint: disable=g-import-not-at-top
@@ -233,7 +235,9 @@ def forward_memory(model_dir, gin_files, gin_params, what):
     config = gin_text.GinConfig(files, gin_params)
     # an operative config keeps only the macros the model used
     extra = [] if "dynamic" in config else ["dynamic = None"]
-    model = model_lib.model_from_gin(files, list(gin_params) + extra)
+    model = model_lib.model_from_gin(
+        files, list(gin_params) + extra,
+        vocab=vocabulary.priced_vocab(files, gin_params))  # as `mtf_th plan`
     mesh_shape = config.get("mesh_shape", "model:1")
     mesh = model_lib.parse_mesh(mesh_shape)
     total = fit_check.smallest_forward(

@@ -59,19 +59,14 @@ def _positive_int(text):
 
 
 def check_before_tensorflow(addresses, task, modules):
-  """What would fail only after TensorFlow's import: an entry that is a
-  URL (the server's ClusterSpec aborts the process on grpc://), a
-  --module_import that cannot be found, this task's port in use.
+  """What would fail only after TensorFlow's import: a --module_import
+  that cannot be found, this task's port in use (an entry that is a URL,
+  which the server's ClusterSpec aborts on, is refused by
+  cluster_lib.parse_addresses, the client's parser too).
 
   Raises:
     commands.UsageError: one line naming the flag and the fix.
   """
-  for i, address in enumerate(addresses):
-    if "://" in address or "/" in address:
-      raise commands.UsageError(
-          "--cluster entry %d (%r) is not HOST:PORT: give the address "
-          "without a scheme, e.g. %s" % (i, address, address.split(
-              "://")[-1].split("/")[0]))
   for name in modules:
     if not findable(name):
       raise commands.UsageError(

@@ -17,7 +17,9 @@ train` parses it), without TensorFlow and without gin's global state:
   spec.parse_layout) and the layout's rules name axes of the mesh
   (spec.check_layout_axes), seed is an integer, batch_size, train_steps and the
   lengths are positive integers, dropout_rate is in [0, 1), every learning
-  rate is a finite number > 0.
+  rate is a finite number > 0, mtf_th.core_kernel.kind is 'auto', 'fused'
+  or 'einsum' (and a --gin_param binds that parameter of mtf_th.core_kernel,
+  not another or a misspelt configurable).
 
 `mtf_th train`, eval, decode and finetune run it before TensorFlow loads
 (commands/prechecks.gin_bindings), `mtf_th plan` on the files it prices:
@@ -72,6 +74,9 @@ COMMON_PARAMETERS = ("d_k", "d_v", "dynamic_init_scale", "dropout_rate",
                      "relative_attention_num_buckets", "strategy")
 BILINEAR_PARAMETERS = ("heads", "dropout_rate", "relative_attention_type",
                        "relative_attention_num_buckets")
+# nn/core_kernel.py's configurable (mtf_th.core_kernel) and its kinds.
+CORE_KERNEL = "core_kernel"
+CORE_KERNEL_KINDS = ("auto", "fused", "einsum")
 # Macros whose value must be a positive integer.
 POSITIVE_MACROS = ("batch_size", "train_steps", "inputs_length",
                    "targets_length", "num_layers", "d_model", "d_ff")
@@ -173,6 +178,41 @@ def _missing_parameter(param, short, name, own):
                                         ", ".join(own)))
 
 
+def unknown_kernel(kind):
+  """The line for mtf_th.core_kernel.kind bound to none of its kinds.
+
+  Example:
+    unknown_kernel("fusd") -> "mtf_th.core_kernel.kind = 'fusd' is not a
+      kernel: choose 'auto', 'fused' or 'einsum'. Did you mean 'fused'?"
+  """
+  return ("mtf_th.core_kernel.kind = %r is not a kernel: choose 'auto', "
+          "'fused' or 'einsum'.%s" % (kind, did_you_mean(
+              str(kind).lower(), CORE_KERNEL_KINDS)))
+
+
+def _check_core_kernel_param(param, statement):
+  """A --gin_param binding of mtf_th.core_kernel (its one parameter is
+  kind) or of a misspelling of it (gin would refuse it after TensorFlow
+  loads)."""
+  selector = statement.selector.split("/")[-1]
+  parts = selector.split(".")
+  last = parts[-1]
+  if len(parts) > 2 or (len(parts) == 2 and parts[0] != "mtf_th"):
+    return
+  if last != CORE_KERNEL:
+    if did_you_mean(last, [CORE_KERNEL]):
+      raise ValueError(
+          "--gin_param %r binds %s, which is no configurable: the "
+          "attention core's kernel is mtf_th.core_kernel.kind = 'auto', "
+          "'fused' or 'einsum'" % (param, selector))
+    return
+  if statement.arg_name != "kind":
+    raise ValueError(
+        "--gin_param %r: mtf_th.core_kernel has no parameter %r; its one "
+        "parameter is kind = 'auto', 'fused' or 'einsum'"
+        % (param, statement.arg_name))
+
+
 def _statements(param):
   return [s for s in config_parser.ConfigParser(param, gin_text._Delegate())  # pylint: disable=protected-access
           if isinstance(s, config_parser.BindingStatement)]
@@ -188,6 +228,8 @@ def _mtf_th_class(selector):
 
 
 def _check_param(param, statement, macros, classes):
+  if statement.arg_name:
+    _check_core_kernel_param(param, statement)
   if not statement.arg_name:
     if not statement.scope and statement.selector not in macros:
       raise ValueError(unused_macro(param, statement.selector, macros))
@@ -275,6 +317,13 @@ def check_values(config):
   if rate is not None and (not _number(rate) or not 0 <= rate < 1):
     raise ValueError("dropout_rate = %r must be a number in [0, 1)"
                      % (rate,))
+  for key in config.binding_keys():
+    selector, _, arg = key.rpartition(".")
+    if (arg == "kind" and selector.split("/")[-1] in (
+        CORE_KERNEL, "mtf_th." + CORE_KERNEL)):
+      kind = _resolved(config.binding, key)
+      if kind is not None and kind not in CORE_KERNEL_KINDS:
+        raise ValueError(unknown_kernel(kind))
   for where, value in _learning_rates(config):
     if isinstance(value, gin_text.Reference) or value is None:
       continue

@@ -75,12 +75,18 @@ def smallest_forward(model, mesh_shape, impl, layout=None, decode=False):
       [(s,) for s in applicable(model, model_lib.parse_mesh(mesh_shape))])
 
 
-def smallest(gin_files, gin_params, hardware):
+def smallest(gin_files, gin_params, hardware, vocab=None):
   """(bytes per device of the best strategy, mesh_shape, devices), or None
   when the gin files are not a model model.py reads or the mesh has other
-  axes than batch and model."""
+  axes than batch and model.
+
+  vocab: the padded vocabulary dim the run computes with, as `mtf_th plan`
+  prices it (commands/vocabulary.priced_vocab: the gin files' task's; estimate/
+  reads no task); None: T5's 32128.
+  """
   try:
-    model = model_lib.model_from_gin(gin_files, gin_params)
+    model = model_lib.model_from_gin(
+        gin_files, gin_params, vocab=vocab or model_lib.PAPER_T5["vocab"])
     config = gin_text.GinConfig(gin_files, gin_params)
     mesh_shape = config.get("mesh_shape", "model:1")
     mesh = model_lib.parse_mesh(mesh_shape)
@@ -105,11 +111,11 @@ def smallest(gin_files, gin_params, hardware):
   return total, mesh_shape, mesh["batch"] * mesh["model"]
 
 
-def _excess(gin_files, gin_params, hardware, devices):
+def _excess(gin_files, gin_params, hardware, devices, vocab=None):
   """(total, usable, mesh_shape, devices) if the prediction does not fit."""
   if not gin_files:
     return None
-  found = smallest(gin_files, gin_params, hardware)
+  found = smallest(gin_files, gin_params, hardware, vocab)
   if found is None:
     return None
   total, mesh_shape, mesh_devices = found
@@ -127,7 +133,8 @@ def _plan_command(gin_files, hardware, devices):
   return " ".join(shlex.quote(a) for a in plan)
 
 
-def warning(prog, gin_files, gin_params, hardware, devices=None):
+def warning(prog, gin_files, gin_params, hardware, devices=None,
+            vocab=None):
   """One line if the run is predicted not to fit `hardware`, else None.
 
   Args:
@@ -135,8 +142,9 @@ def warning(prog, gin_files, gin_params, hardware, devices=None):
     gin_files, gin_params: what the run parses.
     hardware: a hardware.py name (the slice's TPU generation).
     devices: mtf devices of the target (None: the mesh's).
+    vocab: the padded vocabulary (smallest's; None: T5's).
   """
-  excess = _excess(gin_files, gin_params, hardware, devices)
+  excess = _excess(gin_files, gin_params, hardware, devices, vocab)
   if excess is None:
     return None
   total, usable, mesh_shape, devices = excess
@@ -148,14 +156,14 @@ def warning(prog, gin_files, gin_params, hardware, devices=None):
               _plan_command(gin_files, hardware, devices)))
 
 
-def cpu_refusal(gin_files, gin_params):
+def cpu_refusal(gin_files, gin_params, vocab=None):
   """Why a training run on this machine's CPU cannot fit, or None.
 
   The prediction per logical CPU device against this host's RAM shared by
   the mesh's devices (memory.device_memory("cpu", devices)), with
-  planner.DEFAULT_MARGIN left free.
+  planner.DEFAULT_MARGIN left free; vocab as smallest's.
   """
-  excess = _excess(gin_files, gin_params, "cpu", None)
+  excess = _excess(gin_files, gin_params, "cpu", None, vocab)
   if excess is None:
     return None
   total, usable, mesh_shape, devices = excess

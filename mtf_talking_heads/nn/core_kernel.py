@@ -36,9 +36,10 @@ import gin
 import mesh_tensorflow as mtf
 import tensorflow.compat.v1 as tf
 
+from mtf_talking_heads.core import binding_checks
 from mtf_talking_heads.nn import fused_op
 
-KINDS = ("auto", "fused", "einsum")
+KINDS = binding_checks.CORE_KERNEL_KINDS  # checked as text before TensorFlow
 _NOTED = set()  # reasons already written to stderr (one line each)
 load = fused_op.load
 FusedCore = fused_op.FusedCore

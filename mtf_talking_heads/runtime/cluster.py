@@ -40,6 +40,16 @@ class ClusterError(ValueError):
 def parse_addresses(text):
   """"host:port,host:port" -> ["host:port", ...] (task i is the i-th).
 
+  The one parser of --cluster for the client and `mtf_th server`: an entry
+  with a scheme or a path (grpc://host:2222, which the servers' ClusterSpec
+  aborts on) is refused here for both.
+
+  Example:
+    parse_addresses("h0:2222, h1:2222") -> ["h0:2222", "h1:2222"]
+    parse_addresses("grpc://h0:2222") -> ClusterError("--cluster entry 0
+      ('grpc://h0:2222') is not HOST:PORT: give the address without a
+      scheme, e.g. h0:2222")
+
   Raises:
     ClusterError: naming the bad entry and the expected form.
   """
@@ -48,6 +58,11 @@ def parse_addresses(text):
     raise ClusterError("--cluster needs HOST:PORT[,HOST:PORT...] (task 0 "
                        "first), e.g. --cluster=host0:2222,host1:2222")
   for i, address in enumerate(addresses):
+    if "://" in address or "/" in address:
+      raise ClusterError(
+          "--cluster entry %d (%r) is not HOST:PORT: give the address "
+          "without a scheme, e.g. %s"
+          % (i, address, address.split("://")[-1].split("/")[0]))
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
       raise ClusterError(

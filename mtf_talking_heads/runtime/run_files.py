@@ -28,7 +28,10 @@ watcher beside a live writer: the sweep's progress lines, the comparison).
 A file that is damaged otherwise (a folder, binary, another header, a
 garbled line before the last) raises DamagedFile, one line naming the file
 and what to do, and is never rewritten; check_file checks one without
-writing (the commands, before TensorFlow).
+writing (the commands, before TensorFlow).  Eval and decode may share a
+model_dir: every read-and-rewrite of a CSV file holds an flock on the
+model_dir itself (_exclusive; no file is added), so two evals writing
+eval_results.csv at once keep both's rows.
 
 Imports only the standard library (the sweep and the comparison read these
 files without TensorFlow).  The checkpoint functions take the file
@@ -36,12 +39,15 @@ operations to use (`files`, default LOCAL); training/checkpoints.py passes
 tf.io.gfile's, so a gs:// model_dir is listed as before.
 """
 import collections
+import contextlib
 import csv
+import fcntl
 import glob
 import io
 import logging
 import os
 import re
+import threading
 
 TRAIN_LOG = "train_log.csv"
 TRAIN_LOG_FIELDS = ("step", "loss", "steps_per_sec", "elapsed_sec")
@@ -146,17 +152,51 @@ def _check_rows(path, fields):
   return text, "\n".join(lines) + "\n"
 
 
+_HELD = threading.local()  # this thread's _exclusive depth
+
+
+@contextlib.contextmanager
+def _exclusive(directory):
+  """Holds an exclusive flock on `directory` (a run's model_dir) while a CSV
+  file of it is read and rewritten, so two processes writing it at once
+  (two evals of one model_dir) neither lose the other's rows nor replace
+  its temporary file.  Re-entrant in a thread; nothing where the directory
+  cannot be opened or the file system refuses the lock (gs://, some NFS).
+
+  Example:
+    with _exclusive(model_dir):
+      rows = _repair(path, EVAL_FIELDS)
+      _write_atomic(path, ...)
+  """
+  depth = getattr(_HELD, "depth", 0)
+  fd = None
+  if depth == 0:
+    try:
+      fd = os.open(directory or ".", os.O_RDONLY)
+      fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+      pass
+  _HELD.depth = depth + 1
+  try:
+    yield
+  finally:
+    _HELD.depth = depth
+    if fd is not None:
+      os.close(fd)  # releases the flock
+
+
 def _repair(path, fields):
   """Drops a cut last line (adds a missing final newline); returns the rows.
 
   Raises:
     DamagedFile: see _check_rows (the file is left as it is).
   """
-  if not os.path.exists(path):
-    return []
-  text, sound = _check_rows(path, fields)
-  if sound != text:
-    _write_atomic(path, sound)
+  with _exclusive(os.path.dirname(path)):
+    if not os.path.exists(path):
+      return []
+    text, sound = _check_rows(path, fields)
+    if sound != text:
+      _write_atomic(path, sound)
   return list(csv.DictReader(io.StringIO(sound)))
 
 
@@ -232,18 +272,19 @@ def write_eval_results(model_dir, results):
   """Adds/replaces rows (dicts with EVAL_FIELDS) in eval_results.csv."""
   path = os.path.join(model_dir, EVAL_RESULTS)
   _makedirs(model_dir)
-  rows = _repair(path, EVAL_FIELDS) if os.path.exists(path) else []
-  table = {(int(r["step"]), r["split"]): r for r in rows}
-  for r in results:
-    table[(int(r["step"]), r["split"])] = {
-        "step": int(r["step"]), "split": r["split"],
-        "ln_ppl": "%.6f" % r["ln_ppl"], "tokens": int(r["tokens"])}
-  out = io.StringIO()
-  writer = csv.DictWriter(out, EVAL_FIELDS, lineterminator="\n")
-  writer.writeheader()
-  for key in sorted(table):
-    writer.writerow(table[key])
-  _write_atomic(path, out.getvalue())
+  with _exclusive(model_dir):  # another eval may write it now
+    rows = _repair(path, EVAL_FIELDS) if os.path.exists(path) else []
+    table = {(int(r["step"]), r["split"]): r for r in rows}
+    for r in results:
+      table[(int(r["step"]), r["split"])] = {
+          "step": int(r["step"]), "split": r["split"],
+          "ln_ppl": "%.6f" % r["ln_ppl"], "tokens": int(r["tokens"])}
+    out = io.StringIO()
+    writer = csv.DictWriter(out, EVAL_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for key in sorted(table):
+      writer.writerow(table[key])
+    _write_atomic(path, out.getvalue())
   return path
 
 

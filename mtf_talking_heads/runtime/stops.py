@@ -25,7 +25,9 @@ thread:
 
 end() ends the process the same way from any thread with any line (the
 cluster's liveness watchdog, training/liveness.py), and claim() lets the
-main thread and those threads agree on who prints the one line.
+main thread and those threads agree on who prints the one line; reset()
+at the end of each command (commands/common.run_command) clears the claim
+for the next command in the same process.
 
 Imports only the standard library (and runtime/dir_lock.py): the light
 commands import it before TensorFlow.
@@ -192,6 +194,33 @@ def claim(code, line=None):
     _state["claimed"] = code
     _print(line)
     return True
+
+
+def reset():
+  """The command is done: the next one in this process starts afresh.
+
+  The claim, force_with()'s line and the stop signal belong to one
+  command; without this, a process running two commands after install()
+  (a script calling cli.console twice, a driver running train then eval
+  in-process) had the second command's claim() refused, and its main
+  thread waited in hold() for ever.  Nothing is reset while a forced stop
+  is ending the process (it ends it within seconds).
+
+  Example (commands/common.run_command):
+    try:
+      return body(args, training)
+    finally:
+      stops.reset()
+
+  Returns:
+    True if reset (False: a forced stop is under way).
+  """
+  with _lock:
+    if _state["forcing"]:
+      return False
+    _state.update(line=None, after=FORCE_AFTER_SECS, code=None, prog=None,
+                  signal=None, claimed=None)
+  return True
 
 
 def _print(line):

@@ -23,6 +23,7 @@ import sys
 import pytest
 
 import _cli_util
+import _in_process
 from mtf_talking_heads.commands import prechecks
 from mtf_talking_heads.experiments.sweep import run as run_lib
 
@@ -266,11 +267,12 @@ AFTER_TF = {
                       "--accelerator", "v3-8"], ["99_no.gin", "no such file"]),
     # the scale-file-last mistake's model (base T5) cannot fit in RAM:
     # memory.py's prediction (fit_check.cpu_refusal) before the graph,
-    # with the fused core (203.92 GiB with kind = "einsum")
+    # with the fused core (202.41 GiB with kind = "einsum"), the task's
+    # vocabulary as `mtf_th plan` prices it (vocabulary.priced_vocab: 8192)
     "base_model_exceeds_ram": (
         "train", ["--model_dir", "{base}/base", "--gin_file",
                   "experiments/t5_heads/07_talking_heads_24_32.gin"],
-        ["mtf_th train: error: predicted 104.45 GiB per device for mesh "
+        ["mtf_th train: error: predicted 102.94 GiB per device for mesh "
          "model:1 (1 device)", "models/t5_tiny.gin) as the LAST --gin_file"]),
     # a --module_import registers more tasks: --task is then checked after
     # the import (tfds_data.get_provider), with the user's names
@@ -288,10 +290,10 @@ AFTER_TF_LAST = {
 }
 
 _AFTER_TF_SCRIPT = r"""
-import contextlib, io, json, os, sys
-cases, model_dir, repo = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
-sys.path.insert(0, os.path.join(repo, "tests"))
+import json, os, sys
+cases, model_dir = json.loads(sys.argv[1]), sys.argv[2]
 from _cli_util import load_script, snapshot
+from _in_process import call
 from mtf_talking_heads.commands import decode, evaluate, train
 tpu = load_script(os.path.join("launch", "tpu.py"), "launch_tpu")
 mains = {"train": train.main, "eval": evaluate.main, "decode": decode.main,
@@ -299,14 +301,7 @@ mains = {"train": train.main, "eval": evaluate.main, "decode": decode.main,
 
 out = {}
 for name, command, argv in cases:
-  err, std = io.StringIO(), io.StringIO()
-  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(std):
-    try:
-      code = mains[command](argv)
-    except SystemExit as e:
-      code = e.code
-  out[name] = {"code": code, "stderr": err.getvalue(),
-               "stdout": std.getvalue(), "snapshot": snapshot(model_dir)}
+  out[name] = dict(call(mains[command], argv), snapshot=snapshot(model_dir))
   if name == "trained":
     out["before"] = snapshot(model_dir)
 import seqio
@@ -343,15 +338,9 @@ def _train_and_run_after_tf(base, model_dir):
                 (n, c[:2]) for n, c in AFTER_TF.items())]
   cases += [(name, command, [a.format(**paths) for a in argv])
             for name, (command, argv) in AFTER_TF_LAST.items()]
-  env = _cli_util.env({"PYTHONPATH": os.pathsep.join(
-      [_cli_util.REPO, modules])})
-  proc = subprocess.run(
-      [sys.executable, "-c", _AFTER_TF_SCRIPT, json.dumps(cases), model_dir,
-       _cli_util.REPO], cwd=base, env=env, capture_output=True, text=True,
-      timeout=900)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  return json.loads([l for l in proc.stdout.splitlines()
-                     if l.startswith("JSON")][-1][4:])
+  return _in_process.run_script(_AFTER_TF_SCRIPT, [json.dumps(cases),
+                                                  model_dir], cwd=base,
+                                paths=[modules])
 
 
 @pytest.fixture(scope="module")
@@ -453,7 +442,7 @@ def test_eval_and_decode_memory_is_one_forward_pass():
   assert forward["weights"] == memory.predict(lm, "batch:1",
                                               "mtf_th_float32")["weights"]
   # the base T5 of the scale-file-first mistake: training needs ~204 GiB
-  # per device (refused above), its eval ~7.6 GiB (fits 24 GiB of RAM)
+  # per device (refused above), its eval ~7.5 GiB (fits 24 GiB of RAM)
   base = model_lib.model_from_gin(
       ["experiments/t5_heads/07_talking_heads_24_32.gin"])
   gib = memory.predict_forward(base, "model:1",

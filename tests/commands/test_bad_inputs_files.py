@@ -19,12 +19,12 @@ test_checkpoint_files.py, test_dir_lock.py.
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 import _cli_util
+import _in_process
+from _damage import cut, replace_with_folder, write
 from mtf_talking_heads.experiments.sweep import results as sweep_results
 
 LM = ["--gin_file", "experiments/lm_heads/05_talking_heads_4_32.gin",
@@ -36,23 +36,17 @@ SWEEP = ["sweep", "--paper_table", "lm_heads", "--rows", "5", "--scale",
          "--gin_param", "d_model = 32", "--gin_param", "d_ff = 64"]
 
 _SCRIPT = r"""
-import contextlib, io, json, os, shutil, sys
+import json, os, shutil, sys
 base = sys.argv[1]
 lm = json.loads(sys.argv[2])
+import _in_process
 from mtf_talking_heads.commands import evaluate, train
 from mtf_talking_heads import training
 from mtf_talking_heads.training import evaluation
 out = {}
 
 def call(name, main, argv):
-  err = io.StringIO()
-  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(
-      io.StringIO()):
-    try:
-      code = main(argv)
-    except SystemExit as e:
-      code = e.code
-  out[name] = {"code": code, "stderr": err.getvalue()}
+  out[name] = _in_process.call(main, argv)
 
 def log_text(d):
   with open(os.path.join(d, "train_log.csv")) as f:
@@ -125,12 +119,7 @@ print("JSON" + json.dumps(out))
 def world(tmp_path_factory):
   """The trained model_dir and the outcomes of _SCRIPT's cases."""
   base = str(tmp_path_factory.mktemp("bad_files"))
-  proc = subprocess.run(
-      [sys.executable, "-c", _SCRIPT, base, json.dumps(LM)], cwd=base,
-      env=_cli_util.env(), capture_output=True, text=True, timeout=900)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  out = json.loads([l for l in proc.stdout.splitlines()
-                    if l.startswith("JSON")][-1][4:])
+  out = _in_process.run_script(_SCRIPT, [base, json.dumps(LM)], cwd=base)
   assert out["trained"]["code"] == 0, out["trained"]["stderr"][-2000:]
   return dict(base=base, trained=os.path.join(base, "trained"), after=out)
 
@@ -210,26 +199,11 @@ def _tree(path):
   return out
 
 
-def _cut_to(path, size):
-  with open(path, "r+b") as f:
-    f.truncate(size)
-
-
-def _write(path, data):
-  with open(path, "wb") as f:
-    f.write(data)
-
-
-def _replace_with_folder(path):
-  os.remove(path)
-  os.makedirs(path)
-
-
 def _as_delimited_lm(path):
   with open(path) as f:
     text = f.read()
   assert "run.model_type = 'lm'\n" in text
-  _write(path, text.replace("run.model_type = 'lm'\n",
+  write(path, text.replace("run.model_type = 'lm'\n",
                             "run.model_type = 'delimited_lm'\n").encode())
 
 
@@ -238,7 +212,7 @@ def _lock(content):
     if content is None:
       os.makedirs(os.path.join(d, "mtf_th.lock"))
     else:
-      _write(os.path.join(d, "mtf_th.lock"), content)
+      write(os.path.join(d, "mtf_th.lock"), content)
   return damage
 
 
@@ -246,18 +220,18 @@ def _lock(content):
 TRAIN = ["train", "--model_dir", "{d}", "--train_steps", "6"] + LM
 CASES = {
     "empty_index": (
-        lambda d: _cut_to(os.path.join(d, "model.ckpt-4.index"), 0), TRAIN,
+        lambda d: cut(os.path.join(d, "model.ckpt-4.index"), 0), TRAIN,
         ["--model_dir {d}: model.ckpt-4.index is damaged: it is empty; "
          "training resumes from model.ckpt-4 and cannot read it: move "
          "model.ckpt-4.* away and write model_checkpoint_path: "
          "\"model.ckpt-2\" into {d}/checkpoint to resume from step 2, or use "
          "a new --model_dir"]),
     "garbage_index": (
-        lambda d: _write(os.path.join(d, "model.ckpt-4.index"), b"x" * 600),
+        lambda d: write(os.path.join(d, "model.ckpt-4.index"), b"x" * 600),
         TRAIN, ["model.ckpt-4.index is damaged: its last 8 bytes are not an "
                 "index's footer", "resume from step 2"]),
     "eval_cut_data": (
-        lambda d: _cut_to(os.path.join(
+        lambda d: cut(os.path.join(
             d, "model.ckpt-4.data-00001-of-00002"), 1000),
         ["eval", "--model_dir", "{d}"],
         ["--model_dir {d}: model.ckpt-4.data-00001-of-00002 is 1000 bytes, "
@@ -265,7 +239,7 @@ CASES = {
          "checkpoint 4: restore its files, or give another step with "
          "--checkpoint_steps (readable: 0, 2)"]),
     "visualize_cut_data": (
-        lambda d: _cut_to(os.path.join(
+        lambda d: cut(os.path.join(
             d, "model.ckpt-4.data-00001-of-00002"), 1000),
         ["visualize", "--model_dir", "{d}"],
         ["--model_dir {d}: model.ckpt-4.data-00001-of-00002 is 1000 bytes",
@@ -275,17 +249,17 @@ CASES = {
         ["--model_dir {d} holds model.ckpt-0, 2, 4 but no 'checkpoint' file",
          "write model_checkpoint_path: \"model.ckpt-4\" into {d}/checkpoint"]),
     "train_log_is_a_folder": (
-        lambda d: _replace_with_folder(os.path.join(d, "train_log.csv")),
+        lambda d: replace_with_folder(os.path.join(d, "train_log.csv")),
         TRAIN, ["{d}/train_log.csv is a folder, not the run's train_log.csv: "
                 "move it away (mv {d}/train_log.csv {d}/train_log.csv.bad)"]),
     "train_log_is_binary": (
-        lambda d: _write(os.path.join(d, "train_log.csv"), b"\x00\x9f" * 40),
+        lambda d: write(os.path.join(d, "train_log.csv"), b"\x00\x9f" * 40),
         TRAIN, ["{d}/train_log.csv has NUL bytes: it is not the run's "
                 "train_log.csv as written"]),
     "eval_results_garbled": (
-        lambda d: _write(os.path.join(d, "eval_results.csv"),
-                         b"step,split,ln_ppl,tokens\n2,validation,6.5\n"
-                         b"4,validation,6.000000,90\n"),
+        lambda d: write(os.path.join(d, "eval_results.csv"),
+                        b"step,split,ln_ppl,tokens\n2,validation,6.5\n"
+                        b"4,validation,6.000000,90\n"),
         ["eval", "--model_dir", "{d}"],
         ["{d}/eval_results.csv: line 2 ('2,validation,6.5') is not a row of "
          "step,split,ln_ppl,tokens: correct or delete that line"]),
@@ -349,7 +323,7 @@ def _sweep(base, trained, record=None, eval_steps=(4, 8)):
     shutil.copytree(trained, run)
   else:
     os.makedirs(run)
-  _write(os.path.join(run, "eval_results.csv"), (
+  write(os.path.join(run, "eval_results.csv"), (
       "step,split,ln_ppl,tokens\n%d,validation,6.100000,99\n%d,validation,"
       "5.900000,99\n" % eval_steps).encode())
   if record is not None:
@@ -359,7 +333,7 @@ def _sweep(base, trained, record=None, eval_steps=(4, 8)):
                  final_step=str(eval_steps[1]), final_ln_ppl="5.9",
                  model_dir=run)
     cells.update(record)
-    _write(os.path.join(out, "results.csv"), ("%s\n%s\n" % (
+    write(os.path.join(out, "results.csv"), ("%s\n%s\n" % (
         ",".join(sweep_results.RESULT_COLUMNS),
         ",".join(cells[c] for c in sweep_results.RESULT_COLUMNS))).encode())
   return out, run
@@ -404,7 +378,7 @@ def test_a_sweeps_records_are_checked_before_anything_runs(world, tmp_path,
     path = os.path.join(out, "results.csv")
     with open(path) as f:
       text = f.read()
-    _cut_to(path, len(text) - 40)
+    cut(path, len(text) - 40)
   before = _tree(str(tmp_path))
   result = _cli_util.run(SWEEP + ["--output_dir", out], cwd=str(tmp_path))
   lines = result.stderr.splitlines()

@@ -32,12 +32,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 import _cli_util
+import _in_process
 from _identity_util import expand
 from _identity_util import listing
 from mtf_talking_heads.runtime import identity
@@ -52,27 +51,20 @@ ONE_LAYER = ["--gin_param", "num_layers = 1"]
 WAYS_OUT = "use a new --model_dir, or num_layers = 2 as before"
 
 _SCRIPT = r"""
-import contextlib, io, json, os, shutil, sys
-base, repo = sys.argv[1], sys.argv[2]
-sys.path.insert(0, os.path.join(repo, "tests"))
+import json, os, shutil, sys
+base = sys.argv[1]
 from _identity_util import listing
+from _in_process import call
 from mtf_talking_heads.commands import evaluate, finetune, train, visualize
-TH, MH, SIZE = json.loads(sys.argv[3])
+TH, MH, SIZE = json.loads(sys.argv[2])
 mains = {"train": train.main, "eval": evaluate.main,
          "finetune": finetune.main, "visualize": visualize.main}
 out = {}
 
 def run(name, command, argv, watch):
   before = listing(watch)
-  err, std = io.StringIO(), io.StringIO()
-  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(std):
-    try:
-      code = mains[command](argv)
-    except SystemExit as e:
-      code = e.code
-  out[name] = {"code": code, "stderr": err.getvalue(),
-               "stdout": std.getvalue(),
-               "unchanged": listing(watch) == before}
+  out[name] = dict(call(mains[command], argv),
+                   unchanged=listing(watch) == before)
 
 def path(name):
   return os.path.join(base, name)
@@ -145,13 +137,8 @@ def world(tmp_path_factory):
   """The trained model_dir `th`, copies of it, and the outcomes of the
   cases after TensorFlow (one subprocess: _SCRIPT)."""
   base = str(tmp_path_factory.mktemp("identity"))
-  proc = subprocess.run(
-      [sys.executable, "-c", _SCRIPT, base, _cli_util.REPO,
-       json.dumps([TH, MH, SIZE])], cwd=base, env=_cli_util.env(),
-      capture_output=True, text=True, timeout=1200)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  out = json.loads([l for l in proc.stdout.splitlines()
-                    if l.startswith("JSON")][-1][4:])
+  out = _in_process.run_script(_SCRIPT, [base, json.dumps([TH, MH, SIZE])],
+                               cwd=base, timeout=1200)
   assert out["trained"]["code"] == 0, out["trained"]["stderr"][-2000:]
   return dict(base=base, th=os.path.join(base, "th"), out=out)
 

@@ -87,6 +87,21 @@ GIN_CASES = {
     "unknown_task": (TH + ["--gin_param", "MIXTURE_NAME = 'th_span_corupt'"],
                      ["MIXTURE_NAME 'th_span_corupt'",
                       "did you mean th_span_corruption"]),
+    # mtf_th.core_kernel (nn/core_kernel.py), refused as text: the exact line
+    "core_kernel_kind_misspelt": (
+        TH + ["--gin_param", "mtf_th.core_kernel.kind = 'fusd'"],
+        ["mtf_th.core_kernel.kind = 'fusd' is not a kernel: choose 'auto', "
+         "'fused' or 'einsum'. Did you mean 'fused'?"]),
+    "core_kernel_parameter_misspelt": (
+        TH + ["--gin_param", "mtf_th.core_kernel.knd = 'fused'"],
+        ["--gin_param \"mtf_th.core_kernel.knd = 'fused'\": "
+         "mtf_th.core_kernel has no parameter 'knd'; its one parameter is "
+         "kind = 'auto', 'fused' or 'einsum'"]),
+    "core_kernel_configurable_misspelt": (
+        TH + ["--gin_param", "mtf_th.core_kernl.kind = 'fused'"],
+        ["--gin_param \"mtf_th.core_kernl.kind = 'fused'\" binds "
+         "mtf_th.core_kernl, which is no configurable: the attention core's "
+         "kernel is mtf_th.core_kernel.kind = 'auto', 'fused' or 'einsum'"]),
 }
 
 

@@ -3,8 +3,9 @@
 Through the real `mtf_th` command line: a learning rate <= 0 (or not
 finite), a corpus of blank lines, a step listed twice, mesh_shape = 42,
 seed = 'x', finetune into its own --pretrained_model_dir, decode (or
-eval --metrics) of a decoder-only LM, and `mtf_th server`'s grpc://
-entry, missing --module_import and port in use.  Each:
+eval --metrics) of a decoder-only LM, a grpc:// --cluster entry (train
+and `mtf_th server` alike: runtime/cluster.parse_addresses), and `mtf_th
+server`'s missing --module_import and port in use.  Each:
 exit status 2, one line on stderr with its key words, no TensorFlow
 imported (the child process says so) and nothing written.  Two need
 TensorFlow and are one line too (slow, each its own `mtf_th train`): a
@@ -46,31 +47,30 @@ def _corpus(prefix):
           % prefix]
 
 
+def _train(files, *params):
+  """`mtf_th train` into a new model_dir, each of `params` a --gin_param."""
+  return (["train", "--model_dir", "{base}/new"] + files +
+          [a for p in params for a in ("--gin_param", p)])
+
+
 # name -> (argv with {base}, words of the one line)
 CASES = {
     "negative_learning_rate": (
-        ["train", "--model_dir", "{base}/new"] + LM +
-        ["--gin_param", "learning_rate = -0.01"],
+        _train(LM, "learning_rate = -0.01"),
         ["learning_rate = -0.01", "a learning rate must be a finite number "
          "> 0"]),
     "zero_learning_rate": (
-        ["train", "--model_dir", "{base}/new"] + LM +
-        ["--gin_param", "learning_rate = 0"], ["learning_rate = 0"]),
+        _train(LM, "learning_rate = 0"), ["learning_rate = 0"]),
     "infinite_learning_rate": (
-        ["train", "--model_dir", "{base}/new"] + LM +
-        ["--gin_param", "learning_rate = 1e999"], ["learning_rate = inf"]),
+        _train(LM, "learning_rate = 1e999"), ["learning_rate = inf"]),
     "negative_rate_binding": (
-        ["train", "--model_dir", "{base}/new"] + LM + [
-            "--gin_param",
-            "constant_learning_rate.learning_rate = -1.0"],
+        _train(LM, "constant_learning_rate.learning_rate = -1.0"),
         ["constant_learning_rate.learning_rate = -1.0"]),
     "negative_constant_schedule": (
-        ["train", "--model_dir", "{base}/new"] + TH +
-        ["--gin_param", "utils.run.learning_rate_schedule = -0.1"],
+        _train(TH, "utils.run.learning_rate_schedule = -0.1"),
         ["utils.run.learning_rate_schedule = -0.1", "finite number > 0"]),
     "negative_noam_multiplier": (
-        ["train", "--model_dir", "{base}/new"] + TH + [
-            "--gin_param", "learning_rate_schedule_noam.multiplier = -2.0"],
+        _train(TH, "learning_rate_schedule_noam.multiplier = -2.0"),
         ["learning_rate_schedule_noam.multiplier = -2.0"]),
     "finetune_negative_learning_rate": (
         ["finetune", "--model_dir", "{base}/new", "--pretrained_model_dir",
@@ -79,39 +79,31 @@ CASES = {
          "experiments/finetune_embedded_lm.gin", "--gin_param",
          "learning_rate = -1e-3"], ["learning_rate = -0.001"]),
     "blank_corpus": (
-        ["train", "--model_dir", "{base}/new"] + LM + _corpus("blank"),
+        _train(LM) + _corpus("blank"),
         ["th_data.corpus_paths.train=", "blank_train.txt",
          "hold only blank lines", "yields no example"]),
     "blank_corpus_eval": (
         ["eval", "--model_dir", "{base}/run"] + LM + _corpus("blank"),
         ["th_data.corpus_paths.train=", "hold only blank lines"]),
     "mesh_shape_a_number": (
-        ["train", "--model_dir", "{base}/new"] + TH +
-        ["--gin_param", "mesh_shape = 42"], ["mesh_shape = 42 is not a "
-                                             "string"]),
+        _train(TH, "mesh_shape = 42"), ["mesh_shape = 42 is not a string"]),
     "mesh_shape_a_number_eval": (
         ["eval", "--model_dir", "{base}/run"] + TH +
         ["--gin_param", "mesh_shape = 42"], ["mesh_shape = 42"]),
     "layout_a_list": (
-        ["train", "--model_dir", "{base}/new"] + TH +
-        ["--gin_param", "layout = [1, 2]"], ["layout = [1, 2] is not a "
-                                             "string"]),
+        _train(TH, "layout = [1, 2]"), ["layout = [1, 2] is not a string"]),
     "seed_a_string": (
-        ["train", "--model_dir", "{base}/new"] + TH +
-        ["--gin_param", "seed = 'x'"], ["seed = 'x' is not an integer"]),
+        _train(TH, "seed = 'x'"), ["seed = 'x' is not an integer"]),
     "seed_a_float_decode": (
         ["decode", "--model_dir", "{base}/run", "--input", "a b"] + TH +
         ["--gin_param", "seed = 1.5"], ["seed = 1.5 is not an integer"]),
     "negative_dropout": (
-        ["train", "--model_dir", "{base}/new"] + TH +
-        ["--gin_param", "dropout_rate = -0.1"], ["dropout_rate = -0.1"]),
+        _train(TH, "dropout_rate = -0.1"), ["dropout_rate = -0.1"]),
     "zero_length": (
-        ["train", "--model_dir", "{base}/new"] + TH +
-        ["--gin_param", "inputs_length = 0"],
+        _train(TH, "inputs_length = 0"),
         ["inputs_length must be a positive integer, got 0"]),
     "parameter_gin_would_refuse": (
-        ["train", "--model_dir", "{base}/new"] + TH +
-        ["--gin_param", "mtf_th.TalkingHeadsAttention.d_q = 2"],
+        _train(TH, "mtf_th.TalkingHeadsAttention.d_q = 2"),
         ["mtf_th.TalkingHeadsAttention has no parameter 'd_q'"]),
     "keep_checkpoint_steps_twice": (
         ["train", "--model_dir", "{base}/new", "--keep_checkpoint_steps",
@@ -143,6 +135,11 @@ CASES = {
         ["server", "--cluster", "grpc://localhost:2222", "--task", "0"],
         ["--cluster entry 0 ('grpc://localhost:2222') is not HOST:PORT",
          "localhost:2222"]),
+    "train_cluster_grpc_url": (  # the servers' refusal (one parser)
+        ["train", "--model_dir", "{base}/new", "--cluster",
+         "grpc://localhost:2222"] + LM,
+        ["--cluster entry 0 ('grpc://localhost:2222') is not HOST:PORT: "
+         "give the address without a scheme, e.g. localhost:2222"]),
     "server_module_import_missing": (
         ["server", "--cluster", "localhost:2222", "--task", "0",
          "--module_import", "no_such_module_xyz"],

@@ -211,8 +211,10 @@ def test_launch_warns_when_the_slice_is_too_small(capsys):
   # train on the slice: Auto predicts for its TPU, not the CPU default
   assert '--gin_param=mtf_th.Auto.hardware = "tpu_v2"' in out.splitlines()[3]
   warnings = [l for l in err if "warning" in l]
+  # the task's vocabulary (th_span_corruption: 8100 ids, padded 8192) as
+  # `mtf_th plan ... --mesh_shape batch:8 --all` prices heads_parallel
   assert warnings == [
-      "launch/tpu.py: warning: predicted 22.96 GiB per device for mesh "
+      "launch/tpu.py: warning: predicted 22.67 GiB per device for mesh "
       "batch:8 on tpu_v2, more than the 7.20 GiB usable (10% left free); it "
       "may run out of memory: see mtf_th plan --gin_file "
       "experiments/t5_heads/07_talking_heads_24_32.gin --hardware tpu_v2 "
@@ -232,8 +234,9 @@ def test_train_refuses_on_cpu_a_step_that_cannot_fit():
     common.memory_check(args, training)
   line = str(e.value)
   # the fused core (on CPU unless mtf_th.core_kernel.kind = "einsum"):
-  # packed T5 keeps its relative bias [b, n, m, h] and masks [b, n, m]
-  assert line.startswith("predicted 42806.95 GiB per device for mesh "
+  # packed T5 keeps its relative bias [b, n, m, h] and masks [b, n, m];
+  # the vocabulary is the default task's, 8192 padded (vocabulary.priced_vocab)
+  assert line.startswith("predicted 41664.18 GiB per device for mesh "
                          "model:1 (1 device) but this machine's ")
   assert "(10% left free): give a smaller scale file" in line
   assert line.endswith(

@@ -14,6 +14,7 @@ import shutil
 import pytest
 import tensorflow.compat.v1 as tf
 
+from _damage import cut, flip
 from mtf_talking_heads.runtime import checkpoint_index
 from mtf_talking_heads.runtime import run_checks
 from mtf_talking_heads.runtime import run_files
@@ -69,32 +70,26 @@ def test_the_index_reads_as_tensorflow_reads_it(saved):
   assert not [n for n in os.listdir(saved) if n.endswith("_temp")]
 
 
-def _cut(path, size):
-  with open(path, "r+b") as f:
-    f.truncate(size)
-
-
-def _flip(path, at):
-  with open(path, "r+b") as f:
-    f.seek(at)
-    byte = f.read(1)
-    f.seek(at)
-    f.write(bytes([byte[0] ^ 0x40]))
+def _refused(model_dir, **check_args):
+  """run_checks.check's DamagedFile line (it must refuse)."""
+  with pytest.raises(run_checks.DamagedFile) as e:
+    run_checks.check(model_dir, **check_args)
+  return str(e.value)
 
 
 DAMAGE = {  # name -> (how, the reason's words)
-    "empty_index": (lambda p: _cut(p + ".index", 0),
+    "empty_index": (lambda p: cut(p + ".index", 0),
                     "model.ckpt-3.index is damaged: it is empty"),
-    "short_index": (lambda p: _cut(p + ".index", 20),
+    "short_index": (lambda p: cut(p + ".index", 20),
                     "it is 20 bytes, shorter than an index's 48-byte footer"),
-    "cut_index": (lambda p: _cut(p + ".index", os.path.getsize(
+    "cut_index": (lambda p: cut(p + ".index", os.path.getsize(
         p + ".index") - 3), "its last 8 bytes are not an index's footer"),
-    "garbled_index": (lambda p: _flip(p + ".index", 5),
+    "garbled_index": (lambda p: flip(p + ".index", 5),
                       "a block's checksum does not match its bytes"),
     "index_is_a_folder": (lambda p: (os.remove(p + ".index"),
                                      os.mkdir(p + ".index")),
                           "model.ckpt-3.index is a folder, not a file"),
-    "cut_data": (lambda p: _cut(p + ".data-00000-of-00002", 100),
+    "cut_data": (lambda p: cut(p + ".data-00000-of-00002", 100),
                  "model.ckpt-3.data-00000-of-00002 is 100 bytes, but its "
                  "index places tensors up to byte 1280 (cut short)"),
     "missing_data": (lambda p: os.remove(p + ".data-00001-of-00002"),
@@ -120,19 +115,16 @@ def test_each_damage_is_named_and_tensorflow_fails_on_it(saved, tmp_path,
     assert 3 not in run_files.checkpoint_steps(model_dir)
     return
   # a writer resumes from it: refused, with the step to go back to
-  with pytest.raises(run_checks.DamagedFile) as e:
-    run_checks.check(model_dir, writes=True)
-  assert str(e.value) == (
+  assert _refused(model_dir, writes=True) == (
       "--model_dir %s: %s; training resumes from model.ckpt-3 and cannot "
       "read it: move model.ckpt-3.* away and write model_checkpoint_path: "
       "\"model.ckpt-2\" into %s/checkpoint to resume from step 2, or use a "
       "new --model_dir" % (model_dir, why, model_dir))
   # a reader of it: refused, naming the readable steps; others pass
-  with pytest.raises(run_checks.DamagedFile) as e:
-    run_checks.check(model_dir, steps="all")
-  assert str(e.value).endswith(
+  line = _refused(model_dir, steps="all")
+  assert line.endswith(
       "TensorFlow cannot read checkpoint 3: restore its files, or give "
-      "another step with --checkpoint_steps (readable: 1, 2)"), str(e.value)
+      "another step with --checkpoint_steps (readable: 1, 2)"), line
   run_checks.check(model_dir, steps=[1, 2])
   assert run_checks.prefix_refusal(model_dir, "--model_dir") == (
       "--model_dir %s: %s; TensorFlow cannot read it: restore its files, or "
@@ -153,9 +145,7 @@ def test_checkpoints_without_a_checkpoint_file_refuse_a_writer(saved,
   run_checks.check(model_dir, writes=True)  # killed in its first save
   with open(os.path.join(model_dir, run_files.TRAIN_LOG), "w") as f:
     f.write("step,loss,steps_per_sec,elapsed_sec\n1,2.5,1.5,0.700\n")
-  with pytest.raises(run_checks.DamagedFile) as e:
-    run_checks.check(model_dir, writes=True)
-  assert str(e.value) == (
+  assert _refused(model_dir, writes=True) == (
       "--model_dir %s holds model.ckpt-1, 2, 3 but no 'checkpoint' file "
       "naming the latest; training would start again at step 0 over them: "
       "write model_checkpoint_path: \"model.ckpt-3\" into %s/checkpoint, "

@@ -122,3 +122,59 @@ def test_a_stop_dropped_in_a_finalizer_prints_no_traceback():
   assert proc.stderr.count("Exception ignored in") == 2, proc.stderr
   assert "KeyboardInterrupt" in proc.stderr.split("Exception ignored in")[1]
   assert "ValueError: a bug" in proc.stderr.split("Exception ignored in")[2]
+
+
+# Two commands in one process after install() (a script calling cli.console
+# twice, a driver running train then eval in-process), each refused with its
+# line by run_command: the first one's claim used to refuse the second's,
+# whose main thread then waited in hold() for ever.  TensorFlow is not
+# needed: the training package and the logging set-up are stand-ins.
+_TWO_COMMANDS = r"""
+import sys, types
+import mtf_talking_heads_startup
+mtf_talking_heads_startup.LIGHT_PACKAGE_IMPORT = True  # no TensorFlow
+from mtf_talking_heads import commands
+from mtf_talking_heads.commands import common
+from mtf_talking_heads.runtime import stops
+training = types.ModuleType("mtf_talking_heads.training")
+training.ConfigError = type("ConfigError", (ValueError,), {})
+training.TrainingError = type("TrainingError", (RuntimeError,), {})
+sys.modules["mtf_talking_heads.training"] = training
+common.setup_logging = lambda verbose: None
+common.announce = lambda prog, args: None
+assert stops.install()
+def body(args, training):
+  raise training.ConfigError("refused %s" % args.model_dir)
+for name in ("first", "second"):
+  parser = commands.ArgumentParser(prog="mtf_th x")
+  parser.add_argument("--model_dir")
+  parser.add_argument("--verbose", action="store_true")
+  print(common.run_command("mtf_th x", parser, ["--model_dir", name], body,
+                           precheck=lambda args: None), flush=True)
+"""
+
+
+def test_two_commands_in_one_process_each_print_their_line():
+  proc = subprocess.run([sys.executable, "-c", _TWO_COMMANDS],
+                        env=_cli_util.env(), capture_output=True, text=True,
+                        timeout=30)
+  assert (proc.returncode, proc.stdout, proc.stderr) == (
+      0, "2\n2\n", "mtf_th x: error: refused first\n"
+      "mtf_th x: error: refused second\n")
+
+
+def test_reset_clears_the_claim_not_a_forced_stop():
+  """In this process (install() never ran here): reset() clears the state
+  a command leaves, except while a forced stop is ending the process."""
+  saved = dict(stops._state)  # pylint: disable=protected-access
+  try:
+    stops._state.update(claimed=2, line=print, signal=signal.SIGTERM)  # pylint: disable=protected-access
+    assert stops.reset()
+    assert (stops._state["claimed"], stops._state["line"],  # pylint: disable=protected-access
+            stops.stop_signal()) == (None, None, None)
+    stops._state.update(claimed=2, forcing=True)  # pylint: disable=protected-access
+    assert not stops.reset()
+    assert stops._state["claimed"] == 2  # pylint: disable=protected-access
+  finally:
+    stops._state.clear()  # pylint: disable=protected-access
+    stops._state.update(saved)  # pylint: disable=protected-access
