@@ -20,6 +20,8 @@
 //   dV += U^T dO, dU = dO V^T, dP_w += W dU^T, dW = P_w dU,
 //   dL = W (dW - sum_m W dW), dbias += dL, dP_l += J dL^T, dJ = P_l dL,
 //   dQ = dJ K, dK += dJ^T Q.
+// A block computes only the columns [0, end) its bias leaves unmasked in
+// some row (BlockColumns): under a causal mask about half of every product.
 // Multi-head (no P_l, no P_w) runs through the same code with every head a
 // group of its own (the memory layout is the same), so its blocks hold one
 // head and its K, V stay in cache from block to block.  The products are
@@ -29,12 +31,13 @@
 // block's short products.
 //
 // Parallelism: the op's CPU worker pool runs one task per (b, g, block) in
-// the forward, which writes disjoint rows, and per (b, g, chunk of blocks)
-// in the gradient.  A gradient task owns its dQ rows and its dbias rows (it
+// the forward, which writes disjoint rows, the longest blocks first, and per
+// (b, g, chunk of blocks) in the gradient, a chunk per thread at most, its
+// blocks dealt in zigzag so that the chunks are as long under a causal mask.  A gradient task owns its dQ rows and its dbias rows (it
 // loops over the batch or the groups itself when the bias is broadcast over
-// them) and private partial sums of dK, dV (per chunk, added afterwards) and
-// dP_l, dP_w (per task), so there are no races and the result does not
-// depend on timing.
+// them) and private partial sums of dK, dV (per chunk, zeroed by the tasks
+// that write them and added afterwards) and dP_l, dP_w (per task), so there
+// are no races and the result does not depend on timing.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -151,15 +154,36 @@ inline void PanelRows(int64 r, int64 cols, int64 depth, const T* a,
   }
 }
 
-// One column panel over all rows, in tiles of kRows rows (then 4, 2, 1).
-constexpr int kRows = 8;
+// Vector registers (32 with AVX-512, 16 with AVX2): tiles keep RT x CT
+// accumulators, CT packets of B and A's broadcast in registers.
+constexpr int kRegisters = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS;
+
+// Rows of the tall tiles of a panel of CT packets: 24 accumulators with 32
+// registers (12 x 2 ran 1.1-1.3x 8 x 2 on the test machine where the depth
+// is long: O, dQ), else 8 rows.
+template <int CT>
+constexpr int TileRows() {
+  return kRegisters >= 32 ? (CT >= 3 ? 8 : 12) : 8;
+}
+
+// One column panel over all rows, in tiles of TileRows rows (then 8, 4, 2,
+// 1).
 template <typename T, int CT, bool TransA, bool Acc>
 inline void Panel(int64 rows, int64 cols, int64 depth, const T* a, int64 lda,
                   const T* b, int64 ldb, T* c, int64 ldc) {
+  constexpr int kRows = TileRows<CT>();
+  // 12 + 4 rows go as 8 + 8 (e.g. blocks of 16 queries)
+  const int64 tall = kRows > 8 && rows % kRows == 4 && rows > kRows
+                         ? rows - kRows - 4
+                         : rows;
   int64 r = 0;
-  for (; r + kRows <= rows; r += kRows)
+  for (; r + kRows <= tall; r += kRows)
     PanelRows<T, kRows, CT, TransA, Acc>(r, cols, depth, a, lda, b, ldb, c,
                                          ldc);
+  for (int i = 0; i < (kRows > 8 ? 2 : 0) && r + 8 <= rows; ++i) {
+    PanelRows<T, 8, CT, TransA, Acc>(r, cols, depth, a, lda, b, ldb, c, ldc);
+    r += 8;
+  }
   if (r + 4 <= rows) {
     PanelRows<T, 4, CT, TransA, Acc>(r, cols, depth, a, lda, b, ldb, c, ldc);
     r += 4;
@@ -196,6 +220,24 @@ void Gemm(int64 rows, int64 cols, int64 depth, const T* a, int64 lda,
                              c + j, ldc);
 }
 
+// C = A B for the heads' mixes (L = P_l^T J, U = P_w^T W, dW = P_w dU,
+// dJ = P_l dL: rows and depth the heads, B a [heads, M] row): with 32
+// registers, panels of 3 packets, whose 8 x 3 tiles ran 1.2-1.4x the
+// 8 x 2 ones on the test machine (AVX-512, one FMA port), then Gemm's
+// panels for the last columns.
+template <typename T, bool TransA>
+void MixGemm(int64 rows, int64 cols, int64 depth, const T* a, int64 lda,
+             const T* b, int64 ldb, T* c, int64 ldc) {
+  constexpr int PS = PacketSize<T>();
+  int64 j = 0;
+  // (3 packets x 8 rows need 32 registers)
+  for (; kRegisters >= 32 && j + 3 * PS <= cols; j += 3 * PS)
+    Panel<T, 3, TransA, false>(rows, 0, depth, a, lda, b + j, ldb, c + j,
+                               ldc);
+  if (j < cols)
+    Gemm<T, TransA>(rows, cols - j, depth, a, lda, b + j, ldb, c + j, ldc);
+}
+
 // Columns of one panel of a panel-major matrix (K^T, V^T): 2 packets.
 template <typename T>
 constexpr int64 PanelWidth() {
@@ -205,11 +247,15 @@ constexpr int64 PanelWidth() {
 // END_GEMM (benchmarks extract the kernels above up to here)
 
 // Elements of one block buffer ([bq, heads, M]) the automatic block size
-// aims at (then rounded to 8 queries, within [8, 64]).  Taller blocks read
-// K and V (every head's, from L3) fewer times; the block buffers go to L3
-// either way.  32 queries at 24 heads and m = 512 were fastest on the test
-// machine (benchmarks/fused_core.py --block_queries 16,32,64).
+// aims at (then rounded to 8 queries, within [8, 64]), in the forward (two
+// block buffers) and in the gradient (three).  Taller blocks read K and V
+// (every head's, from L3) fewer times; shorter ones keep the buffers nearer
+// and skip more of a causal mask's columns.  At 24 heads and m = n = 512
+// under a causal mask, 32 queries were fastest in the forward, and 16 as
+// fast as 32 or faster in the gradient, on the test machine (block_queries
+// 8, 16, 24, 32, 64; the machine shared, so within a few percent).
 constexpr int64 kBlockElements = 32 * 24 * 512;
+constexpr int64 kGradBlockElements = 16 * 24 * 512;
 
 struct Flags {
   bool has_p_l = false, has_p_w = false, has_bias = false, bias_grad = false;
@@ -254,8 +300,9 @@ void GetFlags(OpKernelConstruction* c, Flags* f) {
               Bad("bias_grad needs has_bias"));
 }
 
-// Checks the inputs against the layouts above and fills `d`.
-Status ReadDims(OpKernelContext* ctx, const Flags& f, Dims* d) {
+// Checks the inputs against the layouts above and fills `d` (its block size
+// for the gradient op if `grad`).
+Status ReadDims(OpKernelContext* ctx, const Flags& f, bool grad, Dims* d) {
   const Tensor& q = ctx->input(0);
   const Tensor& k = ctx->input(1);
   const Tensor& v = ctx->input(2);
@@ -315,7 +362,10 @@ Status ReadDims(OpKernelContext* ctx, const Flags& f, Dims* d) {
   const int64 heads = std::max(d->Hk, std::max(d->H, d->Hv));
   int64 bq = f.block_queries;
   if (bq == 0) {
-    bq = kBlockElements / std::max<int64>(1, heads * d->M);
+    bq = (grad ? kGradBlockElements : kBlockElements) /
+         std::max<int64>(1, heads * d->M);
+    // and at least 8 blocks: a causal mask's blocks then skip more columns
+    bq = std::min(bq, d->N / 8);
     bq = std::max<int64>(8, std::min<int64>(64, bq / 8 * 8));
   }
   d->bq = std::max<int64>(1, std::min(bq, d->N));
@@ -366,38 +416,83 @@ T* Scratch(int64 elements) {
   return buffer.data();
 }
 
-// The J GEMMs of queries [n0, n0 + nb) of (b, g): J[r, h, :] = Q[h, r] K[h]^T
-// into a block buffer [nb, Hk, M] (row r's heads together, for the mixes).
+// A bias at or below this masks its column (masks add -1e9): its weight
+// exp(L - max) is exactly 0 in float and double while the logits of a row
+// lie within 1e5 of each other.
+constexpr double kMasked = -1e6;
+
+// The columns [0, end) a block of queries [n0, n0 + nb) of (b, g) attends
+// to: past `end` the bias masks every row of the block (the causal mask's
+// upper triangle, padding at the end), so its weights, and every product
+// and gradient term over those columns, are exactly 0 and the block skips
+// them.  end is rounded up to a panel (2 packets); it is M without a bias
+// or when some row of the block masks every column (its softmax is then
+// uniform over all M).
 template <typename T>
-void BlockJ(const Ptrs<T>& p, int64 b, int64 g, int64 n0, int64 nb, T* j) {
+int64 BlockColumns(const Ptrs<T>& p, const Flags& f, int64 b, int64 g,
+                   int64 n0, int64 nb) {
+  const Dims& d = *p.d;
+  if (!f.has_bias) return d.M;
+  const T masked = static_cast<T>(kMasked);
+  const int64 heads = d.Hb == 1 ? 1 : d.H;
+  int64 end = 0;
+  for (int64 r = nb - 1; r >= 0; --r) {
+    for (int64 h = 0; h < heads; ++h) {
+      const T* row = p.bias + p.BiasRow(b, g, h, n0 + r);
+      int64 first = 0;
+      while (first < d.M && row[first] <= masked) ++first;
+      if (first == d.M) return d.M;
+      int64 last = d.M - 1;
+      while (last >= end && last > first && row[last] <= masked) --last;
+      end = std::max(end, last + 1);
+    }
+  }
+  constexpr int64 W = PanelWidth<T>();
+  return std::min(d.M, (end + W - 1) / W * W);
+}
+
+// The J GEMMs of queries [n0, n0 + nb) of (b, g) over columns [0, M):
+// J[r, h, :] = Q[h, r] K[h]^T into a block buffer [nb, Hk, ldm] (row r's
+// heads together, for the mixes).
+template <typename T>
+void BlockJ(const Ptrs<T>& p, int64 b, int64 g, int64 n0, int64 nb, int64 M,
+            T* j) {
   const Dims& d = *p.d;
   for (int64 h = 0; h < d.Hk; ++h) {
-    Gemm<T, false>(nb, d.M, d.Dk, p.Q(b, g, h, n0), d.Dk, p.KT(b, g, h),
+    Gemm<T, false>(nb, M, d.Dk, p.Q(b, g, h, n0), d.Dk, p.KT(b, g, h),
                    PanelWidth<T>(), j + h * d.ldm, d.Hk * d.ldm,
                    d.Dk * PanelWidth<T>());
   }
 }
 
-// L of query n: P_l^T J_n ([H, M]) into `l` (or J_n itself without P_l),
-// plus the bias.  Returns L's address.
+// L of query n over columns [0, M) without the bias: P_l^T J_n ([H, M])
+// into `l` (or J_n itself without P_l).  Returns its address.  The callers
+// add the bias head by head in their softmax pass, while the row is in L1.
 template <typename T>
-T* RowLogits(const Ptrs<T>& p, const Flags& f, int64 b, int64 g, int64 n,
-             T* j_row, T* l) {
+T* RowLogits(const Ptrs<T>& p, const Flags& f, int64 g, int64 M, T* j_row,
+             T* l) {
   const Dims& d = *p.d;
-  if (f.has_p_l) {
-    Gemm<T, true>(d.H, d.M, d.Hk, p.p_l + g * d.Hk * d.H, d.H, j_row, d.ldm,
-                  l, d.ldm);
-  } else {
-    l = j_row;
-  }
-  if (f.has_bias) {
-    for (int64 h = 0; h < d.H; ++h) {
-      MapA<T>(l + h * d.ldm, d.M) +=
-          Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(
-              p.bias + p.BiasRow(b, g, h, n), d.M);
-    }
-  }
+  if (!f.has_p_l) return j_row;
+  MixGemm<T, true>(d.H, M, d.Hk, p.p_l + g * d.Hk * d.H, d.H, j_row, d.ldm,
+                   l, d.ldm);
   return l;
+}
+
+// The bias row of (b, g, h, n), or nullptr without a bias.
+template <typename T>
+const T* BiasOf(const Ptrs<T>& p, const Flags& f, int64 b, int64 g, int64 h,
+                int64 n) {
+  return f.has_bias ? p.bias + p.BiasRow(b, g, h, n) : nullptr;
+}
+
+// x += bias (if any) over n elements; returns their maximum.
+template <typename T>
+T AddBiasMax(T* x, const T* bias, int64 n) {
+  MapA<T> row(x, n);
+  if (bias) {
+    row += Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(bias, n);
+  }
+  return row.maxCoeff();
 }
 
 // acc[r, s, :] += sum over packets k of A[r, k] B[s, k] (lanes summed later);
@@ -436,22 +531,35 @@ template <typename T>
 void DotAcc(int64 R, int64 S, int64 depth, const T* a, int64 lda, const T* b,
             int64 ldb, T* acc, T* tail) {
   constexpr int PS = PacketSize<T>();
+  // 4 x 6 tiles where 32 registers hold their 24 sums (fewer loads per
+  // multiply-add than 4 x 4)
+  constexpr int64 kWide = kRegisters >= 32 ? 6 : 4;
   for (int64 r = 0; r < R; r += (r + 4 <= R ? 4 : 1)) {
     const bool r4 = r + 4 <= R;
-    for (int64 s = 0; s < S; s += (s + 4 <= S ? 4 : 1)) {
+    for (int64 s = 0; s < S;) {
+      const int64 width = s + kWide <= S ? kWide : s + 4 <= S ? 4 : 1;
       T* at = acc + (r * S + s) * PS;
       T* tt = tail + r * S + s;
       const T* ar = a + r * lda;
       const T* bs = b + s * ldb;
-      if (r4 && s + 4 <= S) {
-        DotTile<T, 4, 4>(depth, ar, lda, bs, ldb, at, S, tt);
+      if (width == kWide && kWide > 4) {
+        if (r4) {
+          DotTile<T, 4, kWide>(depth, ar, lda, bs, ldb, at, S, tt);
+        } else {
+          DotTile<T, 1, kWide>(depth, ar, lda, bs, ldb, at, S, tt);
+        }
+      } else if (width == 4) {
+        if (r4) {
+          DotTile<T, 4, 4>(depth, ar, lda, bs, ldb, at, S, tt);
+        } else {
+          DotTile<T, 1, 4>(depth, ar, lda, bs, ldb, at, S, tt);
+        }
       } else if (r4) {
         DotTile<T, 4, 1>(depth, ar, lda, bs, ldb, at, S, tt);
-      } else if (s + 4 <= S) {
-        DotTile<T, 1, 4>(depth, ar, lda, bs, ldb, at, S, tt);
       } else {
         DotTile<T, 1, 1>(depth, ar, lda, bs, ldb, at, S, tt);
       }
+      s += width;
     }
   }
 }
@@ -496,9 +604,10 @@ inline __m512 Exp(const __m512& x_in) {
 }
 #endif
 
-// y = exp(x - shift) over n elements (y may be x); returns their sum.
-template <typename T>
-T ExpSum(const T* x, T* y, int64 n, T shift) {
+// y = exp(x (+ bias) - shift) over n elements (y may be x; bias nullptr:
+// none); returns their sum.
+template <typename T, bool HasBias>
+T ExpSumOf(const T* x, const T* bias, T* y, int64 n, T shift) {
   using namespace Eigen::internal;  // NOLINT (packet primitives)
   typedef Packet<T> P;
   constexpr int PS = PacketSize<T>();
@@ -506,16 +615,24 @@ T ExpSum(const T* x, T* y, int64 n, T shift) {
   P acc = pset1<P>(T(0));
   int64 i = 0;
   for (; i + PS <= n; i += PS) {
-    const P e = Exp(psub(ploadu<P>(x + i), s));
+    P xi = ploadu<P>(x + i);
+    if (HasBias) xi = padd(xi, ploadu<P>(bias + i));
+    const P e = Exp(psub(xi, s));
     pstoreu(y + i, e);
     acc = padd(acc, e);
   }
   T sum = predux(acc);
   for (; i < n; ++i) {
-    y[i] = std::exp(x[i] - shift);
+    y[i] = std::exp((HasBias ? x[i] + bias[i] : x[i]) - shift);
     sum += y[i];
   }
   return sum;
+}
+
+template <typename T>
+T ExpSum(const T* x, const T* bias, T* y, int64 n, T shift) {
+  return bias ? ExpSumOf<T, true>(x, bias, y, n, shift)
+              : ExpSumOf<T, false>(x, nullptr, y, n, shift);
 }
 
 // ---------------------------------------------------------------- forward
@@ -528,20 +645,23 @@ template <typename T>
 void ForwardBlock(const Ptrs<T>& p, const Flags& f, int64 b, int64 g,
                   int64 n0, T* o, T* lse) {
   const Dims& d = *p.d;
-  const int64 nb = std::min(d.bq, d.N - n0), M = d.M, S = d.ldm;
+  const int64 nb = std::min(d.bq, d.N - n0), S = d.ldm;
+  const int64 M = BlockColumns(p, f, b, g, n0, nb);
   T* j = Scratch<T>(d.bq * S * (d.Hk + d.Hv) + d.H * S + d.H * d.Hv +
                     d.H * d.bq);
   T* u = j + d.bq * S * d.Hk;
   T* l_tmp = u + d.bq * S * d.Hv;
   T* p_w = l_tmp + d.H * S;
   T* inv = p_w + d.H * d.Hv;
-  BlockJ(p, b, g, n0, nb, j);
+  BlockJ(p, b, g, n0, nb, M, j);
   for (int64 r = 0; r < nb; ++r) {
     T* j_row = j + r * d.Hk * S;
     T* u_row = u + r * d.Hv * S;
-    if (r + 1 < nb) Prefetch(j_row + d.Hk * S, d.Hk * S);
+    if (r + 1 < nb) {  // the next query's J, the columns in use only
+      for (int64 h = 0; h < d.Hk; ++h) Prefetch(j_row + (d.Hk + h) * S, M);
+    }
     // Without P_w, W is U: L goes straight to U's row.
-    T* l = RowLogits(p, f, b, g, n0 + r, j_row, f.has_p_w ? l_tmp : u_row);
+    T* l = RowLogits(p, f, g, M, j_row, f.has_p_w ? l_tmp : u_row);
     if (!f.has_p_w && l != u_row) {
       std::memcpy(u_row, l, sizeof(T) * d.H * S);
       l = u_row;
@@ -550,8 +670,8 @@ void ForwardBlock(const Ptrs<T>& p, const Flags& f, int64 b, int64 g,
     // into P_w (or into O's rows without P_w).
     for (int64 h = 0; h < d.H; ++h) {
       T* row = l + h * S;
-      const T top = MapA<T>(row, M).maxCoeff();
-      const T sum = ExpSum(row, row, M, top);
+      const T top = AddBiasMax(row, BiasOf(p, f, b, g, h, n0 + r), M);
+      const T sum = ExpSum(row, static_cast<const T*>(nullptr), row, M, top);
       inv[h * d.bq + r] = T(1) / sum;
       lse[((b * d.G + g) * d.H + h) * d.N + n0 + r] = top + std::log(sum);
     }
@@ -560,7 +680,7 @@ void ForwardBlock(const Ptrs<T>& p, const Flags& f, int64 b, int64 g,
       for (int64 h = 0; h < d.H; ++h)
         for (int64 v = 0; v < d.Hv; ++v)
           p_w[h * d.Hv + v] = pw[h * d.Hv + v] * inv[h * d.bq + r];
-      Gemm<T, true>(d.Hv, M, d.H, p_w, d.Hv, l, S, u_row, S);
+      MixGemm<T, true>(d.Hv, M, d.H, p_w, d.Hv, l, S, u_row, S);
     }
   }
   for (int64 h = 0; h < d.Hv; ++h) {  // O[h] = U[h] V[h]
@@ -593,13 +713,14 @@ void BackwardBlock(const Ptrs<T>& p, const Flags& f, const GradOut<T>& out,
                    int64 b, int64 g, int64 n0) {
   const Dims& d = *p.d;
   constexpr int PS = PacketSize<T>();
-  const int64 nb = std::min(d.bq, d.N - n0), M = d.M, S = d.ldm;
+  const int64 nb = std::min(d.bq, d.N - n0), S = d.ldm;
+  const int64 M = BlockColumns(p, f, b, g, n0, nb);
   T* j = Scratch<T>(d.bq * S * (d.Hk + 2 * d.Hv) + 2 * d.H * S);
   T* du = j + d.bq * S * d.Hk;
   T* u = du + d.bq * S * d.Hv;
   T* l_tmp = u + d.bq * S * d.Hv;
   T* dw_tmp = l_tmp + d.H * S;
-  BlockJ(p, b, g, n0, nb, j);
+  BlockJ(p, b, g, n0, nb, M, j);
   for (int64 h = 0; h < d.Hv; ++h) {  // dU[h] = dO[h] V[h]^T
     const T* dout = out.dout + (((b * d.G + g) * d.Hv + h) * d.N + n0) * d.Dv;
     Gemm<T, false>(nb, M, d.Dv, dout, d.Dv, p.VT(b, g, h), PanelWidth<T>(),
@@ -613,24 +734,24 @@ void BackwardBlock(const Ptrs<T>& p, const Flags& f, const GradOut<T>& out,
     T* du_row = du + r * d.Hv * S;
     T* u_row = u + r * d.Hv * S;
     if (r + 1 < nb) {
-      Prefetch(j_row + d.Hk * S, d.Hk * S);
-      Prefetch(du_row + d.Hv * S, d.Hv * S);
+      for (int64 h = 0; h < d.Hk; ++h) Prefetch(j_row + (d.Hk + h) * S, M);
+      for (int64 h = 0; h < d.Hv; ++h) Prefetch(du_row + (d.Hv + h) * S, M);
     }
-    T* w = RowLogits(p, f, b, g, n, j_row, l_tmp);
-    // W = exp(L - lse); without P_w, W is U: written to U's row.
+    T* w = RowLogits(p, f, g, M, j_row, l_tmp);
+    // W = exp(L + bias - lse); without P_w, W is U: written to U's row.
     T* w_out = f.has_p_w ? w : u_row;
     for (int64 h = 0; h < d.H; ++h) {
       const T stat = out.lse[((b * d.G + g) * d.H + h) * d.N + n];
-      ExpSum(w + h * S, w_out + h * S, M, stat);
+      ExpSum(w + h * S, BiasOf(p, f, b, g, h, n), w_out + h * S, M, stat);
     }
     w = w_out;
     T* dw = du_row;
     if (f.has_p_w) {
-      Gemm<T, true>(d.Hv, M, d.H, p_w, d.Hv, w, S, u_row, S);  // U
+      MixGemm<T, true>(d.Hv, M, d.H, p_w, d.Hv, w, S, u_row, S);  // U
       DotAcc(d.H, d.Hv, M, w, S, du_row, S,
              out.dp_w_lanes + g * d.H * d.Hv * PS,
              out.dp_w_tail + g * d.H * d.Hv);  // dP_w += W dU^T
-      Gemm<T, false>(d.H, M, d.Hv, p_w, d.Hv, du_row, S, dw_tmp, S);
+      MixGemm<T, false>(d.H, M, d.Hv, p_w, d.Hv, du_row, S, dw_tmp, S);
       dw = dw_tmp;  // dW = P_w dU
     }
     // dL = W (dW - sum_m W dW): into dW's place, or (no P_l: dJ = dL) J's.
@@ -647,14 +768,14 @@ void BackwardBlock(const Ptrs<T>& p, const Flags& f, const GradOut<T>& out,
       DotAcc(d.Hk, d.H, M, j_row, S, dl, S,
              out.dp_l_lanes + g * d.Hk * d.H * PS,
              out.dp_l_tail + g * d.Hk * d.H);  // dP_l += J dL^T
-      Gemm<T, false>(d.Hk, M, d.H, p_l, d.H, dl, S, j_row, S);  // dJ
+      MixGemm<T, false>(d.Hk, M, d.H, p_l, d.H, dl, S, j_row, S);  // dJ
     }
   }
   for (int64 h = 0; h < d.Hv; ++h) {  // dV[h] += U[h]^T dO[h]
     const int64 head = (b * d.G + g) * d.Hv + h;
     Gemm<T, true, true>(M, d.Dv, nb, u + h * S, d.Hv * S,
                         out.dout + (head * d.N + n0) * d.Dv, d.Dv,
-                        out.dv + head * M * d.Dv, d.Dv);
+                        out.dv + head * d.M * d.Dv, d.Dv);
   }
   for (int64 h = 0; h < d.Hk; ++h) {
     const int64 head = (b * d.G + g) * d.Hk + h;
@@ -663,11 +784,19 @@ void BackwardBlock(const Ptrs<T>& p, const Flags& f, const GradOut<T>& out,
                    out.dq + (head * d.N + n0) * d.Dk, d.Dk);
     // dK[h] += dJ[h]^T Q[h]
     Gemm<T, true, true>(M, d.Dk, nb, j + h * S, d.Hk * S, p.Q(b, g, h, n0),
-                        d.Dk, out.dk + head * M * d.Dk, d.Dk);
+                        d.Dk, out.dk + head * d.M * d.Dk, d.Dk);
   }
 }
 
 // ---------------------------------------------------------------- kernels
+
+// The gradient's chunk of block `blk` of `chunks`: zigzag (0 1 2 .. c-1
+// c-1 .. 1 0 0 1 ..), so every chunk gets as many early (short, under a
+// causal mask) blocks as late (long) ones.
+inline int64 ChunkOf(int64 blk, int64 chunks) {
+  const int64 pos = blk % (2 * chunks);
+  return pos < chunks ? pos : 2 * chunks - 1 - pos;
+}
 
 template <typename T>
 Ptrs<T> InputPtrs(OpKernelContext* ctx, const Dims& d) {
@@ -737,7 +866,7 @@ class FusedAttentionCoreOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     Dims d;
-    OP_REQUIRES_OK(ctx, ReadDims(ctx, flags_, &d));
+    OP_REQUIRES_OK(ctx, ReadDims(ctx, flags_, false, &d));
     TensorShape o_shape, lse_shape;
     OutputShapes(ctx, flags_, &o_shape, &lse_shape);
     Tensor *o, *lse;
@@ -756,7 +885,8 @@ class FusedAttentionCoreOp : public OpKernel {
     T* stats = lse->flat<T>().data();
     const Flags& f = flags_;
     RunTasks(ctx, d.B * d.G * d.blocks, [&](int64 t) {
-      const int64 block = t % d.blocks, bg = t / d.blocks;
+      // the last blocks first: under a causal mask they are the longest
+      const int64 block = d.blocks - 1 - t % d.blocks, bg = t / d.blocks;
       ForwardBlock(p, f, bg / d.G, bg % d.G, block * d.bq, out, stats);
     });
   }
@@ -774,7 +904,7 @@ class FusedAttentionCoreGradOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     Dims d;
-    OP_REQUIRES_OK(ctx, ReadDims(ctx, flags_, &d));
+    OP_REQUIRES_OK(ctx, ReadDims(ctx, flags_, true, &d));
     const Tensor& lse = ctx->input(6);
     const Tensor& dout = ctx->input(7);
     TensorShape o_shape, lse_shape;
@@ -791,9 +921,10 @@ class FusedAttentionCoreGradOp : public OpKernel {
       if (i == 5 && !flags_.bias_grad) shape = TensorShape({0});
       OP_REQUIRES_OK(ctx, ctx->allocate_output(i, shape, &grads[i]));
     }
-    for (int i = 1; i < 6; ++i) grads[i]->flat<T>().setZero();
+    // dK and dV: zeroed by the tasks that sum into them, in parallel
+    for (int i = 3; i < 6; ++i) grads[i]->flat<T>().setZero();
     if (d.M == 0) {
-      grads[0]->flat<T>().setZero();
+      for (int i = 0; i < 3; ++i) grads[i]->flat<T>().setZero();
       return;
     }
     Run(ctx, d, grads, lse.flat<T>().data(), dout.flat<T>().data());
@@ -809,7 +940,9 @@ class FusedAttentionCoreGradOp : public OpKernel {
     const bool all_g = f.bias_grad && d.Hb == 1;
     const int64 nb_out = all_b ? 1 : d.B, ng_out = all_g ? 1 : d.G;
     const int64 outer = nb_out * ng_out;
-    const int64 want = 2 * static_cast<int64>(NumThreads(ctx));
+    // a chunk per thread (the zigzag balances them; more chunks would add
+    // dK, dV partials to zero and sum)
+    const int64 want = static_cast<int64>(NumThreads(ctx));
     const int64 chunks = std::max<int64>(
         1, std::min<int64>(d.blocks, (want + outer - 1) / outer));
     const int64 tasks = chunks * outer;
@@ -826,11 +959,11 @@ class FusedAttentionCoreGradOp : public OpKernel {
         tensorflow::DataTypeToEnum<T>::value,
         TensorShape({extra * (k_size + v_size) + tasks * dp_size}),
         &partial));
-    partial.flat<T>().setZero();
     T* part = partial.flat<T>().data();
     T* dk = grads[1]->flat<T>().data();
     T* dv = grads[2]->flat<T>().data();
     T* dp = part + extra * (k_size + v_size);
+    std::fill_n(dp, tasks * dp_size, T(0));
     Ptrs<T> p = InputPtrs<T>(ctx, d);
     Tensor kt, vt;
     OP_REQUIRES_OK(ctx, Transposed(ctx, p.k, d.B * d.G * d.Hk, d.M, d.Dk,
@@ -851,12 +984,18 @@ class FusedAttentionCoreGradOp : public OpKernel {
       out.dbias = grads[5]->flat<T>().data();
       out.lse = lse;
       out.dout = dout;
-      const int64 first = c * d.blocks / chunks;
-      const int64 last = (c + 1) * d.blocks / chunks;
       for (int64 b = all_b ? 0 : bo; b < (all_b ? d.B : bo + 1); ++b)
-        for (int64 g = all_g ? 0 : go; g < (all_g ? d.G : go + 1); ++g)
-          for (int64 blk = first; blk < last; ++blk)
-            BackwardBlock(p, f, out, b, g, blk * d.bq);
+        for (int64 g = all_g ? 0 : go; g < (all_g ? d.G : go + 1); ++g) {
+          // this task alone sums into its chunk's dK, dV of (b, g)
+          const int64 bg = b * d.G + g;
+          std::fill_n(out.dk + bg * d.Hk * d.M * d.Dk, d.Hk * d.M * d.Dk,
+                      T(0));
+          std::fill_n(out.dv + bg * d.Hv * d.M * d.Dv, d.Hv * d.M * d.Dv,
+                      T(0));
+          for (int64 blk = 0; blk < d.blocks; ++blk)
+            if (ChunkOf(blk, chunks) == c)
+              BackwardBlock(p, f, out, b, g, blk * d.bq);
+        }
     });
     Reduce(ctx, dk, part, k_size, v_size, extra, 0);
     Reduce(ctx, dv, part, k_size, v_size, extra, k_size);
