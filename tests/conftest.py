@@ -78,6 +78,21 @@ def pytest_collection_modifyitems(items):
   items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
+@pytest.fixture(autouse=True)
+def _pinned_core_kernel():
+  """MTF_TH_TEST_CORE_KERNEL=einsum (or fused) pins mtf_th.core_kernel.kind
+  for every test of the process: test_onednn.py runs the split strategies'
+  einsum cores under oneDNN this way (in the main run they take the fused
+  op wherever it applies, which runs no TensorFlow softmax)."""
+  kind = os.environ.get("MTF_TH_TEST_CORE_KERNEL")
+  if not kind:
+    yield
+    return
+  from mtf_talking_heads.nn import core_kernel  # pylint: disable=g-import-not-at-top
+  with core_kernel.bound(kind):
+    yield
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _fresh_gin_config_per_module():
   """Gin bindings made in-process by one test module (training commands

@@ -19,7 +19,9 @@ task 1 frozen after the first checkpoint's score ends it within 60 s
 keeping that score; rerun, it scores that checkpoint again to the same
 number, and Ctrl-C with task 1 frozen ends it within 10 s while it waits
 inside TensorFlow; on one server of two devices killed (SIGKILL) after the
-first score, it ends within 60 s naming task 0.  Last, the servers (stopped and continued several times
+first score, it ends within 60 s naming task 0.  `mtf_th decode` with
+task 1 frozen 1 s into its watched run ends within 60 s in one line, and
+decodes every input once continued.  Last, the servers (stopped and continued several times
 by then) each end on their first SIGTERM, status 0, within 10 s.  The
 probes' bound (training/liveness.py) is checked without servers.
 """
@@ -301,6 +303,41 @@ def test_eval_whose_only_server_is_killed(faults):
       "server and rerun with: %s" % (model_dir, cluster.command_line(
           "mtf_th eval", argv))), line
   assert list(_scores(model_dir)) == [0]
+
+
+def test_decode_ends_in_one_line_when_a_task_freezes_then_decodes(
+    faults, servers):
+  """Task 1 frozen 1 s into decode's watched run (past the cluster's
+  pre-flight: tests/_freeze_at_save.py): one line within 60 s naming task
+  1 and the rerun command; after SIGCONT the rerun decodes every input."""
+  model_dir = faults["model_dir"]
+  argv = ["--model_dir", model_dir, "--checkpoint_step", "4",
+          "--input", "The module defines", "--input", "A cluster of two",
+          "--cluster", servers.spec, "--devices_per_task", "1"]
+  task_1 = servers.processes[1]
+  proc = _start(["decode"] + argv + ["--module_import", "_freeze_at_save"], {
+      "MTF_TH_TEST_FREEZE": "%d:watch:1" % task_1.pid,
+      "PYTHONPATH": os.pathsep.join([REPO, os.path.join(REPO, "tests")])})
+  try:
+    _cli_util.wait_until(lambda: _stopped(task_1.pid), proc, timeout=900,
+                         poll_secs=0.05)
+    frozen = _until_end(proc, time.time())
+  finally:
+    task_1.send_signal(signal.SIGCONT)
+  assert frozen.code == 1, frozen.stderr[-3000:]
+  assert frozen.seconds <= 60, frozen.seconds
+  line = _one_line(frozen.stderr)
+  assert line.startswith("mtf_th decode: error: lost task 1 (%s) of the "
+                         "cluster (" % servers.addresses[1]), line
+  assert line.endswith("; not retried; restart the server and rerun with: "
+                       + cluster.command_line("mtf_th decode", argv + [
+                           "--module_import", "_freeze_at_save"])), line
+  rerun = subprocess.run([MTF_TH, "decode"] + argv, cwd=REPO,
+                         env=_cli_util.env(), capture_output=True, text=True,
+                         timeout=900)
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  inputs = [l.split("\t")[0] for l in rerun.stdout.splitlines()]
+  assert inputs == ["The module defines", "A cluster of two"]
 
 
 def test_servers_end_on_their_first_sigterm_after_sigstop(servers):

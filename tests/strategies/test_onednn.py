@@ -15,6 +15,12 @@ training does (tests/_strategy_util.session_config).
 tests/strategies/test_kernel_ranks.py checks the ranks of every strategy's graphs,
 multi-head's and talking heads', statically in the main run.
 
+The einsum core is pinned for that run (MTF_TH_TEST_CORE_KERNEL=einsum,
+tests/conftest.py): in the main run the fused op takes talking heads' and
+multi-head's cores, and it runs no TensorFlow softmax; the einsum core is
+what runs where the fused op does not apply or is not built, and it is
+the one whose ranks oneDNN limits.
+
 Inside `make test` this file is one more file for the two workers (no
 second pass after the first); `make test-onednn` runs it alone.
 """
@@ -36,7 +42,8 @@ EXPECTED = 12  # tests SELECT picks (a selection that drifts is a failure)
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 def test_split_cores_under_onednn():
-  env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1")
+  env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1",
+             MTF_TH_TEST_CORE_KERNEL="einsum")
   proc = subprocess.run(
       [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k",
        SELECT, os.path.join("tests", "strategies", "test_strategies.py")],

@@ -318,7 +318,7 @@ FAKE_MTF_TH = textwrap.dedent('''
 
     ln(PPL) at step s = 5 - heads/100 - s/1000 + seed/500; loss per step
     likewise; 0.01 s per step (steps_per_sec 100).  Appends one line per call
-    to $FAKE_CALLS; exits 3 when $FAKE_FAIL is in the model_dir.
+    to $FAKE_CALLS; exits 3 with an error line when $FAKE_FAIL is in the model_dir.
     """
     import argparse, csv, os, re, sys
     cmd = sys.argv[1]
@@ -331,6 +331,9 @@ FAKE_MTF_TH = textwrap.dedent('''
     with open(os.environ["FAKE_CALLS"], "a") as f:
       f.write("%s %s %s\\n" % (cmd, a.model_dir, a.train_steps or a.checkpoint_steps))
     if os.environ.get("FAKE_FAIL") and os.environ["FAKE_FAIL"] in a.model_dir:
+      print("Some log line", file=sys.stderr)
+      print("mtf_th %s: error: lost task 1 (localhost:1) of the cluster" % cmd,
+            file=sys.stderr)
       sys.exit(3)
     params = dict(re.match(r"(\\w+) = (.*)", q).groups() for q in a.gin_param)
     heads, seed = int(params["heads"]), int(params["seed"])
@@ -434,9 +437,14 @@ def test_failed_run_loses_only_itself_and_resumes(tmp_path, fake_mtf_th,
   job = _grid_sweep(out, launcher, seeds=1)
   failing = job.rows[2].name   # the third row fails
   monkeypatch.setenv("FAKE_FAIL", failing)
-  with pytest.raises(RuntimeError, match=r"run %s seed 1 failed \(exit "
-                     r"status 3\)" % failing):
+  with pytest.raises(RuntimeError) as failure:
     job.run()
+  log = out / "runs" / failing / "seed_1" / "sweep.log"
+  # one line: the run's own error line (a lost --cluster task, say) and log
+  assert str(failure.value) == (
+      "run %s seed 1 failed (exit status 3) in `%s train`: mtf_th train: "
+      "error: lost task 1 (localhost:1) of the cluster (log %s); rerun the "
+      "sweep to resume" % (failing, " ".join(launcher), log))
   first_two = [r["row"] for r in _read_csv(out / "results.csv")]
   assert first_two == [job.rows[0].name, job.rows[1].name]
   # The partial run left files; the rerun starts it over and does the rest.

@@ -39,6 +39,17 @@ def default_launcher():
   return [sys.executable, "-m", "mtf_talking_heads_startup"]
 
 
+def _failure_line(log_path):
+  """What a failed command said: its last `mtf_th ...: error:` line (every
+  command ends with one), else the log's last non-empty line."""
+  with open(log_path, errors="replace") as log:
+    lines = [l.strip() for l in log if l.strip() and not l.startswith("# ")]
+  errors = [l for l in lines if l.startswith("mtf_th ") and ": error: " in l]
+  if errors:
+    return errors[-1]
+  return lines[-1] if lines else "it printed nothing"
+
+
 def _stop_with_this_process():
   """In a run's command before exec: SIGTERM's default action back (a
   sweep started with SIGTERM ignored would pass that on, and then nothing
@@ -208,12 +219,12 @@ class Runner(object):
         log.write("# exit status %d after %.1f s\n" % (code,
                                                       time.time() - began))
       if code != 0:
-        with open(log_path) as log:
-          tail = "".join(log.readlines()[-15:])
         raise RuntimeError(
-            "run %s seed %d failed (exit status %d) in `%s`; log %s ends:\n%s"
-            % (run.row.name, run.seed, code, " ".join(argv[:len(
-                self.launcher) + 1]), log_path, tail))
+            "run %s seed %d failed (exit status %d) in `%s`: %s (log %s); "
+            "rerun the sweep to resume" % (
+                run.row.name, run.seed, code,
+                " ".join(argv[:len(self.launcher) + 1]),
+                _failure_line(log_path), log_path))
 
   def _watch(self, proc, run, model_dir, log, last_step):
     """Waits for a run's command; returns its exit status.
