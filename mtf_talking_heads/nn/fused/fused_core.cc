@@ -40,6 +40,7 @@
 // are no races and the result does not depend on timing.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -408,12 +409,19 @@ struct Ptrs {
   }
 };
 
-// Per-thread block buffers (kept between calls: no page faults per block).
+// Per-thread block buffers (kept between calls: no page faults per block),
+// aligned to 64 bytes: rows of the buffers are whole cache lines apart, so
+// a packet never straddles two lines (malloc's 16-byte alignment ran the
+// heads' mixes 1.35x and the dP products 1.6-2x slower in isolation, the
+// whole talking-heads gradient 1.09x, on the test machine).
 template <typename T>
 T* Scratch(int64 elements) {
+  constexpr int64 kAlign = 64 / sizeof(T);
   thread_local std::vector<T> buffer;
-  if (static_cast<int64>(buffer.size()) < elements) buffer.resize(elements);
-  return buffer.data();
+  if (static_cast<int64>(buffer.size()) < elements + kAlign)
+    buffer.resize(elements + kAlign);
+  const auto address = reinterpret_cast<std::uintptr_t>(buffer.data());
+  return buffer.data() + (64 - address % 64) % 64 / sizeof(T);
 }
 
 // A bias at or below this masks its column (masks add -1e9): its weight
@@ -857,12 +865,21 @@ int NumThreads(OpKernelContext* ctx) {
   return ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
 }
 
-template <typename T>
-class FusedAttentionCoreOp : public OpKernel {
+// What the forward and gradient kernels share: the attributes, read once.
+class FusedCoreKernel : public OpKernel {
  public:
-  explicit FusedAttentionCoreOp(OpKernelConstruction* c) : OpKernel(c) {
+  explicit FusedCoreKernel(OpKernelConstruction* c) : OpKernel(c) {
     GetFlags(c, &flags_);
   }
+
+ protected:
+  Flags flags_;
+};
+
+template <typename T>
+class FusedAttentionCoreOp : public FusedCoreKernel {
+ public:
+  using FusedCoreKernel::FusedCoreKernel;
 
   void Compute(OpKernelContext* ctx) override {
     Dims d;
@@ -890,17 +907,12 @@ class FusedAttentionCoreOp : public OpKernel {
       ForwardBlock(p, f, bg / d.G, bg % d.G, block * d.bq, out, stats);
     });
   }
-
- private:
-  Flags flags_;
 };
 
 template <typename T>
-class FusedAttentionCoreGradOp : public OpKernel {
+class FusedAttentionCoreGradOp : public FusedCoreKernel {
  public:
-  explicit FusedAttentionCoreGradOp(OpKernelConstruction* c) : OpKernel(c) {
-    GetFlags(c, &flags_);
-  }
+  using FusedCoreKernel::FusedCoreKernel;
 
   void Compute(OpKernelContext* ctx) override {
     Dims d;
@@ -1033,8 +1045,6 @@ class FusedAttentionCoreGradOp : public OpKernel {
       }
     });
   }
-
-  Flags flags_;
 };
 
 // Output shapes where the ranks are known (the kernel checks the sizes).
