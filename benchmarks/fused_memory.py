@@ -50,7 +50,7 @@ def predicted(kernel, length, batch):
       MODEL["vocab"], batch, length, length, dec_self=att,
       relative_bias=False)
   return memory.predict(model, MODEL["mesh_shape"], "mtf_th_float32",
-                        kernel=kernel)
+                        kernel=kernel, threads=1)  # memory_measure.THREADS
 
 
 def measure_row(kernel, length, batch):

@@ -51,8 +51,10 @@ Implementation:
   batches masks per example, b n m; T5's relative position bias, h n m, or
   b n m h when packed); its backward pass recomputes J, L, W, U block by
   block, so its temporaries are its gradient op's outputs and accumulators
-  (FUSED_GRAD_COPIES Q-sized tensors) and a trainable bias term's gradient;
-  the blocks are not counted.
+  (FUSED_GRAD_COPIES Q-sized tensors), a trainable bias term's gradient
+  and, when a device has fewer (example, group) pairs than the op has
+  threads, a partial dK and dV per extra chunk (fused_grad_chunks); the
+  blocks are not counted.
 * The layout: on a mesh `batch:B,model:P` each device holds batch / B
   examples; the model axis splits what the layout puts on it (`layout`,
   split_roles; by default step_time.py's: heads_k and heads_v, d_ff,
@@ -81,6 +83,7 @@ float32 on one CPU):
 """
 import collections
 import math
+import os
 
 from mtf_talking_heads.core import spec as spec_lib
 from mtf_talking_heads.estimate import costs
@@ -122,6 +125,43 @@ KERNELS = ("einsum", "fused")
 # What the fused core's gradient op holds, in copies of its largest input
 # of Q, K, V: dQ, dK, dV and two accumulators (TensorFlow's allocator).
 FUSED_GRAD_COPIES = 5
+# Elements of one [queries, heads, m] buffer the gradient op's blocks aim at
+# (fused_core.cc's kGradBlockElements; tests/estimate/test_memory.py reads
+# the source to keep the two equal).
+FUSED_GRAD_BLOCK_ELEMENTS = 16 * 24 * 512
+
+
+def cpu_threads():
+  """A TensorFlow CPU op's default threads: the CPUs this process may use."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:  # not Linux
+    return os.cpu_count() or 1
+
+
+def fused_grad_chunks(threads, pairs, n, m, heads):
+  """Chunks the fused gradient op cuts each (example, group) pair's query
+  blocks into: one task per chunk, each summing into its own dK and dV
+  (fused_core.cc, FusedAttentionCoreGradOp::Run), so every chunk past the
+  first holds a partial dK and dV.
+
+  Args:
+    threads: the op's worker threads (TensorFlow's intra-op pool).
+    pairs: examples times groups (multi-head: every head a group); groups
+      alone when a trainable bias is shared by the examples (T5, unpacked).
+    n, m: query and memory lengths; heads: the largest of h_k, h, h_v of a
+      group (1 for multi-head).
+
+  Returns:
+    min(blocks, ceil(threads / pairs)), at least 1: e.g. 8 threads, talking
+    heads (one group of 24 heads), n = m = 512, 32 blocks of 16 queries:
+    8 chunks for one example, 1 for 8 examples.
+  """
+  queries = FUSED_GRAD_BLOCK_ELEMENTS // max(1, heads * m)
+  queries = max(8, min(64, min(queries, n // 8) // 8 * 8))
+  queries = max(1, min(queries, n))
+  blocks = -(-n // queries) if n else 0
+  return max(1, min(blocks, -(-threads // max(1, pairs))))
 
 
 def split_roles(att, layout=None):
@@ -296,12 +336,22 @@ def fused_bias(att, placement, b, n, m, p, core, relative_bias,
   return elements
 
 
-def _fused_temporaries(att, b, n, m, p, core, roles, bias_grad):
+def _fused_temporaries(att, b, n, m, p, core, roles, bias_grad, threads,
+                       shared_bias):
   """Elements the fused core's gradient op holds at once, per device: dQ,
   dK, dV and two key-sized accumulators (FUSED_GRAD_COPIES of the largest
-  of Q, K, V, as the allocator's records show), and the bias's gradient
-  when the bias is trainable (bias_grad elements)."""
-  return FUSED_GRAD_COPIES * max(_qkvo(att, b, n, m, p, core, roles)[:3]) \
+  of Q, K, V, as the allocator's records show), a partial dK and dV per
+  chunk past the first (fused_grad_chunks; the query split's shorter n is
+  not counted: at most), and the bias's gradient when the bias is
+  trainable (bias_grad elements; shared_bias: one for all examples)."""
+  q, k, v, _ = _qkvo(att, b, n, m, p, core, roles)
+  if att.project_logits or att.project_weights:
+    groups, heads = att.groups or 1, max(_sizes(att).values())
+  else:  # multi-head: every head a group of its own
+    groups, heads = att.heads * _share("heads", roles, p, core), 1
+  pairs = groups * (1 if bias_grad and shared_bias else b)
+  chunks = fused_grad_chunks(threads, pairs, n, m, heads)
+  return FUSED_GRAD_COPIES * max(q, k, v) + (chunks - 1) * (k + v) \
       + bias_grad
 
 
@@ -386,7 +436,7 @@ def _largest_core(att, b, n, m, p, core, roles):
 
 def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
             recompute=False, dropout=False, layout=None, kernel="einsum",
-            packed=False):
+            packed=False, threads=None):
   """Predicted bytes per device of one training step.
 
   Args:
@@ -405,6 +455,9 @@ def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
       the fused core as it is).
     packed: the batches are packed (mtf_th train's): the fused core keeps
       a mask per example (fused_bias).
+    threads: the fused gradient op's worker threads (None: cpu_threads(),
+      TensorFlow's default intra-op pool); fewer (example, group) pairs per
+      device than threads add partial dK, dV (fused_grad_chunks).
 
   Returns:
     dict of bytes per device: weights, gradients, optimizer, activations
@@ -419,6 +472,7 @@ def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
   if kernel not in KERNELS:
     raise ValueError("kernel %r has no memory model; choose one of: %s"
                      % (kernel, ", ".join(KERNELS)))
+  threads = cpu_threads() if threads is None else threads
   e = impl.activation_bytes
   weights, slots, largest_weight = state_elements(model, p, layout)
   kept = core = 0.0
@@ -446,7 +500,7 @@ def predict(model, mesh_shape="batch:1", impl="mtf_th", strategy=None,
       else:
         fused_tmp = max(fused_tmp, _fused_temporaries(
             att, b, n, m, p, tensors, roles, bias if model.relative_bias
-            and placement != "encdec" else 0) * e)
+            and placement != "encdec" else 0, threads, not packed) * e)
       if recompute and bias is None:  # the recomputed core: J, W, U, L
         recomputed = max(recomputed, attention_kept(
             att, model.d_model, n, m, b, p, impl, s, False, dropout,

@@ -70,6 +70,9 @@ kernel: the attention core's kernel, mtf_th.core_kernel.kind ("einsum" or
 "fused": nn/core_kernel.py; memory.predict's kernel).
 """
 
+# The measuring session's intra-op threads, and so memory.predict's threads
+# (the fused gradient op's partial dK, dV depend on them).
+THREADS = 1
 OPTIMIZERS = {
     "adafactor": lambda: mtf.optimize.AdafactorOptimizer(learning_rate=0.01),
     "adam": lambda: optimizers.BertAdamOptimizer(learning_rate=0.01),
@@ -184,7 +187,7 @@ class StepGraph(object):
       init = tf.global_variables_initializer()
       copy = self.lowering.copy_masters_to_slices()
     config_proto = tf.ConfigProto(inter_op_parallelism_threads=1,
-                                  intra_op_parallelism_threads=1,
+                                  intra_op_parallelism_threads=THREADS,
                                   device_count={"CPU": len(self.devices)})
     self.session = tf.Session(graph=self.graph, config=config_proto)
     self.session.run(init)
@@ -420,6 +423,7 @@ def compare(names=None, auto_mtf=True, forward=False):
       predicted = memory.predict(model, config.mesh_shape, "mtf_th_float32",
                                  strategy=config.strategy,
                                  recompute=config.recompute,
-                                 kernel=config.kernel)["total"]
+                                 kernel=config.kernel,
+                                 threads=THREADS)["total"]
     out.append((name, measured, predicted, estimated))
   return out

@@ -10,6 +10,9 @@ core (its measured peak moves most between processes, docs/costs.md).
 RecomputeCore's gradients are checked against
 the core it recomputes.
 """
+import os
+import re
+
 import pytest
 
 from mtf_talking_heads.estimate import memory
@@ -132,6 +135,45 @@ def test_fused_core_keeps_statistics_and_masks_not_j_w_u():
                         kernel="fused")["core"] == 2 * (2 * 8 * 4 / 2 + 64) * 4
   with pytest.raises(ValueError, match="kernel 'flash' has no memory model"):
     memory.predict(model, kernel="flash")
+
+
+def test_fused_gradient_chunks_follow_the_kernel_source():
+  """fused_grad_chunks transcribes fused_core.cc's block size and chunk
+  count: its constant and the lines of the rule are read from the source."""
+  path = os.path.join(os.path.dirname(memory.__file__), os.pardir, "nn",
+                      "fused", "fused_core.cc")
+  with open(path) as f:
+    source = f.read()
+  constant = re.search(r"kGradBlockElements = ([\d\s*]+);", source).group(1)
+  assert eval(constant) == memory.FUSED_GRAD_BLOCK_ELEMENTS  # pylint: disable=eval-used
+  for line in ("bq = std::min(bq, d->N / 8);",
+               "bq = std::max<int64>(8, std::min<int64>(64, bq / 8 * 8));",
+               "1, std::min<int64>(d.blocks, (want + outer - 1) / outer));"):
+    assert line in source
+  assert memory.fused_grad_chunks(8, 1, 512, 512, 24) == 8  # 32 blocks
+  assert memory.fused_grad_chunks(64, 1, 512, 512, 24) == 32
+  assert memory.fused_grad_chunks(8, 8, 512, 512, 24) == 1
+  assert memory.fused_grad_chunks(8, 3, 512, 512, 24) == 3
+  assert memory.fused_grad_chunks(8, 1, 8, 8, 4) == 1  # one block of 8
+
+
+def test_fused_gradient_prices_a_partial_dk_dv_per_extra_chunk(monkeypatch):
+  """With fewer (example, group) pairs on a device than threads, the
+  gradient op adds a partial dK and dV per chunk past the first: 3 more of
+  each (64 x 4 x 16 elements) at 4 threads for one example of talking
+  heads; none for 4 examples, or for multi-head's 4 one-head groups."""
+  def temporaries(variant, batch, threads):
+    model = _lm(variant, heads=4, d_k=16, batch=batch, length=64, vocab=16)
+    return memory.predict(model, "batch:1", F32, kernel="fused",
+                          threads=threads)["temporaries"]
+  assert temporaries("talking_heads", 1, 4) - temporaries(
+      "talking_heads", 1, 1) == 3 * 2 * (64 * 4 * 16) * 4
+  assert temporaries("talking_heads", 4, 4) == temporaries(
+      "talking_heads", 4, 1)
+  assert temporaries("multi_head", 1, 4) == temporaries("multi_head", 1, 1)
+  monkeypatch.setattr(memory, "cpu_threads", lambda: 4)
+  assert temporaries("talking_heads", 1, None) == temporaries(
+      "talking_heads", 1, 4)
 
 
 def test_fit_check_and_plan_take_the_fused_core_on_cpu():
