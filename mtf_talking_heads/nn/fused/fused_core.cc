@@ -267,7 +267,6 @@ struct Flags {
 struct Dims {
   int64 B, G, Hk, H, Hv, N, M, Dk, Dv, Bb, Hb;
   int64 bq, blocks;  // queries per block, blocks per (b, g)
-  int64 ldm;         // row stride of our [.., M] buffers (M padded)
 };
 
 Status Bad(const std::string& msg) {
@@ -370,10 +369,6 @@ Status ReadDims(OpKernelContext* ctx, const Flags& f, bool grad, Dims* d) {
     bq = std::max<int64>(8, std::min<int64>(64, bq / 8 * 8));
   }
   d->bq = std::max<int64>(1, std::min(bq, d->N));
-  // M rounded up to whole cache lines, plus one line when that is a
-  // multiple of 1 KB: rows then fall in different L1 sets.
-  d->ldm = (d->M + 15) / 16 * 16;
-  if (d->ldm % 256 == 0) d->ldm += 16;
   d->blocks = d->N == 0 ? 0 : (d->N + d->bq - 1) / d->bq;
   return Status();
 }
@@ -459,16 +454,25 @@ int64 BlockColumns(const Ptrs<T>& p, const Flags& f, int64 b, int64 g,
   return std::min(d.M, (end + W - 1) / W * W);
 }
 
+// The row stride of a block's [.., M] buffers: M rounded up to whole cache
+// lines, plus one line when that is a multiple of 1 KB (rows then fall in
+// different L1 sets).  Per block: a causal mask's early blocks, with few
+// columns, keep their buffers that much smaller.
+inline int64 RowStride(int64 M) {
+  const int64 s = (M + 15) / 16 * 16;
+  return s % 256 == 0 ? s + 16 : s;
+}
+
 // The J GEMMs of queries [n0, n0 + nb) of (b, g) over columns [0, M):
-// J[r, h, :] = Q[h, r] K[h]^T into a block buffer [nb, Hk, ldm] (row r's
+// J[r, h, :] = Q[h, r] K[h]^T into a block buffer [nb, Hk, S] (row r's
 // heads together, for the mixes).
 template <typename T>
 void BlockJ(const Ptrs<T>& p, int64 b, int64 g, int64 n0, int64 nb, int64 M,
-            T* j) {
+            int64 S, T* j) {
   const Dims& d = *p.d;
   for (int64 h = 0; h < d.Hk; ++h) {
     Gemm<T, false>(nb, M, d.Dk, p.Q(b, g, h, n0), d.Dk, p.KT(b, g, h),
-                   PanelWidth<T>(), j + h * d.ldm, d.Hk * d.ldm,
+                   PanelWidth<T>(), j + h * S, d.Hk * S,
                    d.Dk * PanelWidth<T>());
   }
 }
@@ -477,12 +481,12 @@ void BlockJ(const Ptrs<T>& p, int64 b, int64 g, int64 n0, int64 nb, int64 M,
 // into `l` (or J_n itself without P_l).  Returns its address.  The callers
 // add the bias head by head in their softmax pass, while the row is in L1.
 template <typename T>
-T* RowLogits(const Ptrs<T>& p, const Flags& f, int64 g, int64 M, T* j_row,
-             T* l) {
+T* RowLogits(const Ptrs<T>& p, const Flags& f, int64 g, int64 M, int64 S,
+             T* j_row, T* l) {
   const Dims& d = *p.d;
   if (!f.has_p_l) return j_row;
-  MixGemm<T, true>(d.H, M, d.Hk, p.p_l + g * d.Hk * d.H, d.H, j_row, d.ldm,
-                   l, d.ldm);
+  MixGemm<T, true>(d.H, M, d.Hk, p.p_l + g * d.Hk * d.H, d.H, j_row, S, l,
+                   S);
   return l;
 }
 
@@ -653,15 +657,15 @@ template <typename T>
 void ForwardBlock(const Ptrs<T>& p, const Flags& f, int64 b, int64 g,
                   int64 n0, T* o, T* lse) {
   const Dims& d = *p.d;
-  const int64 nb = std::min(d.bq, d.N - n0), S = d.ldm;
-  const int64 M = BlockColumns(p, f, b, g, n0, nb);
+  const int64 nb = std::min(d.bq, d.N - n0);
+  const int64 M = BlockColumns(p, f, b, g, n0, nb), S = RowStride(M);
   T* j = Scratch<T>(d.bq * S * (d.Hk + d.Hv) + d.H * S + d.H * d.Hv +
                     d.H * d.bq);
   T* u = j + d.bq * S * d.Hk;
   T* l_tmp = u + d.bq * S * d.Hv;
   T* p_w = l_tmp + d.H * S;
   T* inv = p_w + d.H * d.Hv;
-  BlockJ(p, b, g, n0, nb, M, j);
+  BlockJ(p, b, g, n0, nb, M, S, j);
   for (int64 r = 0; r < nb; ++r) {
     T* j_row = j + r * d.Hk * S;
     T* u_row = u + r * d.Hv * S;
@@ -669,7 +673,7 @@ void ForwardBlock(const Ptrs<T>& p, const Flags& f, int64 b, int64 g,
       for (int64 h = 0; h < d.Hk; ++h) Prefetch(j_row + (d.Hk + h) * S, M);
     }
     // Without P_w, W is U: L goes straight to U's row.
-    T* l = RowLogits(p, f, g, M, j_row, f.has_p_w ? l_tmp : u_row);
+    T* l = RowLogits(p, f, g, M, S, j_row, f.has_p_w ? l_tmp : u_row);
     if (!f.has_p_w && l != u_row) {
       std::memcpy(u_row, l, sizeof(T) * d.H * S);
       l = u_row;
@@ -721,14 +725,14 @@ void BackwardBlock(const Ptrs<T>& p, const Flags& f, const GradOut<T>& out,
                    int64 b, int64 g, int64 n0) {
   const Dims& d = *p.d;
   constexpr int PS = PacketSize<T>();
-  const int64 nb = std::min(d.bq, d.N - n0), S = d.ldm;
-  const int64 M = BlockColumns(p, f, b, g, n0, nb);
+  const int64 nb = std::min(d.bq, d.N - n0);
+  const int64 M = BlockColumns(p, f, b, g, n0, nb), S = RowStride(M);
   T* j = Scratch<T>(d.bq * S * (d.Hk + 2 * d.Hv) + 2 * d.H * S);
   T* du = j + d.bq * S * d.Hk;
   T* u = du + d.bq * S * d.Hv;
   T* l_tmp = u + d.bq * S * d.Hv;
   T* dw_tmp = l_tmp + d.H * S;
-  BlockJ(p, b, g, n0, nb, M, j);
+  BlockJ(p, b, g, n0, nb, M, S, j);
   for (int64 h = 0; h < d.Hv; ++h) {  // dU[h] = dO[h] V[h]^T
     const T* dout = out.dout + (((b * d.G + g) * d.Hv + h) * d.N + n0) * d.Dv;
     Gemm<T, false>(nb, M, d.Dv, dout, d.Dv, p.VT(b, g, h), PanelWidth<T>(),
@@ -745,7 +749,7 @@ void BackwardBlock(const Ptrs<T>& p, const Flags& f, const GradOut<T>& out,
       for (int64 h = 0; h < d.Hk; ++h) Prefetch(j_row + (d.Hk + h) * S, M);
       for (int64 h = 0; h < d.Hv; ++h) Prefetch(du_row + (d.Hv + h) * S, M);
     }
-    T* w = RowLogits(p, f, g, M, j_row, l_tmp);
+    T* w = RowLogits(p, f, g, M, S, j_row, l_tmp);
     // W = exp(L + bias - lse); without P_w, W is U: written to U's row.
     T* w_out = f.has_p_w ? w : u_row;
     for (int64 h = 0; h < d.H; ++h) {
