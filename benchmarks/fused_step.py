@@ -21,9 +21,15 @@ turn (interleaved: a change of load on the machine hits all alike), and the
 tables give the median step time of each and the median over rounds of each
 ratio: talking heads / multi-head per kernel (next to the ratio of the
 attention layer's multiplies, costs.attention_costs) and fused / einsum per
-variant.  --settings base or lm runs one.
+variant.  --settings base or lm runs one.  --profile R then traces R
+rounds of the base steps' gradient run (fused; TensorFlow's step stats)
+and prints each op type's median time, talking heads against multi-head,
+largest difference first:
+
+  PYTHONPATH=$PWD TF_ENABLE_ONEDNN_OPTS=0 .venv/bin/python benchmarks/fused_step.py --settings base --repeats 5 --profile 10
 """
 import argparse
+import collections
 import statistics
 import sys
 import time
@@ -203,26 +209,75 @@ def report(times, out=sys.stdout):
   return result
 
 
+def _op_times(run):
+  """{op type: milliseconds} of one traced gradient run (summed over ops)."""
+  options = tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE)
+  metadata = tf.RunMetadata()
+  run.session.run(run._grad_slices, options=options,  # pylint: disable=protected-access
+                  run_metadata=metadata)
+  types = {op.name: op.type for op in run.graph.get_operations()}
+  out = collections.defaultdict(float)
+  for device in metadata.step_stats.dev_stats:
+    for node in device.node_stats:
+      op_type = types.get(node.node_name.split(":")[0])
+      if op_type:
+        out[op_type] += node.all_end_rel_micros / 1e3
+  return out
+
+
+def profile(runs, rounds, out=sys.stdout, top=8):
+  """Per op type, the median over traced rounds of its time in the base
+  steps' gradient run (fused kernel), TH against MH; returns the rows."""
+  pair = {v: runs["base", "step", v, "fused"] for v in VARIANTS}
+  samples = {v: collections.defaultdict(list) for v in VARIANTS}
+  for _ in range(rounds):
+    for v, run in pair.items():
+      for op_type, ms in _op_times(run).items():
+        samples[v][op_type].append(ms)
+  rows = []
+  for op_type in set(samples["MH"]) | set(samples["TH"]):
+    mh, th = (statistics.median(samples[v][op_type] or [0.0])
+              for v in ("MH", "TH"))
+    rows.append((th - mh, op_type, mh, th))
+  rows.sort(reverse=True)
+  print("\n| op type (base step's gradient run, fused; median of %d traced "
+        "rounds) | MH (ms) | TH (ms) | TH - MH |" % rounds, file=out)
+  print("|---|---:|---:|---:|", file=out)
+  for diff, op_type, mh, th in rows[:top] + [
+      (sum(r[0] for r in rows), "all op types", sum(r[2] for r in rows),
+       sum(r[3] for r in rows))]:
+    print("| %s | %.2f | %.2f | %+.2f |" % (op_type, mh, th, diff), file=out)
+  return rows
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--repeats", type=int, default=15)
   parser.add_argument("--settings", default="base,lm",
                       help="comma-separated: base, lm")
+  parser.add_argument("--profile", type=int, default=0, metavar="ROUNDS",
+                      help="then trace ROUNDS gradient runs of the base "
+                      "steps (fused) and print per-op-type times")
   args = parser.parse_args(argv)
   settings = args.settings.split(",")
   unknown = sorted(set(settings) - set(SETTINGS))
   if unknown or args.repeats < 1:
     parser.error("--settings takes base and lm, --repeats a positive count")
+  if args.profile < 0 or (args.profile and "base" not in settings):
+    parser.error("--profile takes a positive count of rounds and needs the "
+                 "base setting")
   fn, reason = core_kernel.load()
   if fn is None:
     parser.error("the fused op did not load: %s" % reason)
   runs = build(settings)
   try:
     times = timed(runs, args.repeats)
+    report(times)
+    if args.profile:
+      profile(runs, args.profile)
   finally:
     for run in runs.values():
       run.close()
-  report(times)
   return 0
 
 

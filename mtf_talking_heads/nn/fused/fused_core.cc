@@ -406,9 +406,9 @@ struct Ptrs {
 
 // Per-thread block buffers (kept between calls: no page faults per block),
 // aligned to 64 bytes: rows of the buffers are whole cache lines apart, so
-// a packet never straddles two lines (malloc's 16-byte alignment ran the
-// heads' mixes 1.35x and the dP products 1.6-2x slower in isolation, the
-// whole talking-heads gradient 1.09x, on the test machine).
+// a packet never straddles two lines (with malloc's 16-byte alignment the
+// talking-heads forward and gradient ran about 1.1x slower on the test
+// machine: benchmarks/fused_ab.py, docs/costs.md).
 template <typename T>
 T* Scratch(int64 elements) {
   constexpr int64 kAlign = 64 / sizeof(T);
