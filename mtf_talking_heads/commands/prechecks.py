@@ -211,8 +211,9 @@ def tpu(name, zone=None, project=None, lookup_secs=1.0):
 def forward_memory(model_dir, gin_files, gin_params, what):
   """Refuses an eval or decode on this machine's CPU whose forward pass is
   predicted not to fit in its RAM (memory.predict_forward per logical
-  device, the smallest over the strategies Auto may pick, a decode's
-  key/value caches included; the task's vocabulary as `mtf_th plan` prices
+  device, the smallest over the strategies Auto may pick, an eval's with
+  the fused core where it runs (fit_check.kernel_of), a decode's with the
+  einsum core and its key/value caches; the task's vocabulary as `mtf_th plan` prices
   it, vocabulary.priced_vocab; the mesh's devices sharing the RAM,
   planner.DEFAULT_MARGIN left free), before TensorFlow is imported.  Reads
   the gin files, else <model_dir>/operative_config.gin; a configuration
@@ -240,9 +241,13 @@ def forward_memory(model_dir, gin_files, gin_params, what):
         vocab=vocabulary.priced_vocab(files, gin_params))  # as `mtf_th plan`
     mesh_shape = config.get("mesh_shape", "model:1")
     mesh = model_lib.parse_mesh(mesh_shape)
+    # eval runs the fused core where it applies, as training does; a decode
+    # attends one position at a time, which keeps the einsum core
+    kernel = (fit_check.kernel_of(config, "cpu") if what == "eval"
+              else "einsum")
     total = fit_check.smallest_forward(
         model, mesh_shape, "mtf_th_float32", config.get("layout", None),
-        decode=what == "decode")
+        decode=what == "decode", kernel=kernel)
   except (OSError, ValueError, TypeError, KeyError):
     return
   if total is None:

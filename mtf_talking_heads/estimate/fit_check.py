@@ -66,12 +66,15 @@ def _smallest_total(predict, options):
   return min(totals) if totals else None
 
 
-def smallest_forward(model, mesh_shape, impl, layout=None, decode=False):
+def smallest_forward(model, mesh_shape, impl, layout=None, decode=False,
+                     kernel="einsum"):
   """memory.predict_forward's smallest total over the applicable
-  strategies (bytes per device), or None when none applies."""
+  strategies (bytes per device), or None when none applies; kernel as
+  memory.predict_forward's (kernel_of)."""
   return _smallest_total(
       lambda strategy: memory.predict_forward(model, mesh_shape, impl,
-                                              layout, strategy, decode),
+                                              layout, strategy, decode,
+                                              kernel=kernel),
       [(s,) for s in applicable(model, model_lib.parse_mesh(mesh_shape))])
 
 

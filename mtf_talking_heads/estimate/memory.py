@@ -122,9 +122,10 @@ ROLES = ("heads_k", "heads", "heads_v")
 # The attention core's kernel (mtf_th.core_kernel.kind, nn/core_kernel.py):
 # "einsum" keeps CORE_TENSORS, "fused" its softmax statistics and bias.
 KERNELS = ("einsum", "fused")
-# What the fused core's gradient op holds, in copies of its largest input
-# of Q, K, V: dQ, dK, dV and two accumulators (TensorFlow's allocator).
+# What the fused core's ops hold, in copies of its largest input of Q, K, V
+# (TensorFlow's allocator): the gradient dQ, dK, dV and two accumulators;
 FUSED_GRAD_COPIES = 5
+FUSED_FORWARD_COPIES = 1  # the forward O, or its K^T
 # Elements of one [queries, heads, m] buffer the gradient op's blocks aim at
 # (fused_core.cc's kGradBlockElements; tests/estimate/test_memory.py reads
 # the source to keep the two equal).
@@ -140,10 +141,8 @@ def cpu_threads():
 
 
 def fused_grad_chunks(threads, pairs, n, m, heads):
-  """Chunks the fused gradient op cuts each (example, group) pair's query
-  blocks into: one task per chunk, each summing into its own dK and dV
-  (fused_core.cc, FusedAttentionCoreGradOp::Run), so every chunk past the
-  first holds a partial dK and dV.
+  """Chunks of query blocks the fused gradient op cuts each (example, group)
+  pair into (fused_core.cc): each past the first holds a partial dK, dV.
 
   Args:
     threads: the op's worker threads (TensorFlow's intra-op pool).
@@ -553,7 +552,8 @@ def forward_attention(att, d_model, n, m, b, p, strategy="heads_parallel",
   core_live = ((3 if att.dynamic else 2) *
                _largest_core(att, b, n, m, p, core, roles))
   if bias is not None:
-    core_live = bias + _fused_elements(att, b, n, p, core, roles)
+    core_live = bias + _fused_elements(att, b, n, p, core, roles) + \
+        FUSED_FORWARD_COPIES * max(_qkvo(att, b, n, m, p, core, roles)[:3])
   if att.variant == spec_lib.BILINEAR:
     return (x + b * n * d_model * att.heads * _share("heads", roles, p, core)
             + core_live)

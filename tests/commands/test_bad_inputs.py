@@ -429,6 +429,7 @@ def test_base_model_on_cpu_is_refused_before_the_graph(after_tf, world):
 def test_eval_and_decode_memory_is_one_forward_pass():
   """memory.predict_forward: weights and one forward pass's live tensors,
   not a training step's (which would refuse evals that fit)."""
+  from mtf_talking_heads.estimate import fit_check  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.estimate import memory  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.estimate import model as model_lib  # pylint: disable=g-import-not-at-top
   att = model_lib.make_attention("talking_heads", 4, 16, heads_k=4, heads_v=4)
@@ -448,6 +449,10 @@ def test_eval_and_decode_memory_is_one_forward_pass():
   gib = memory.predict_forward(base, "model:1",
                                "mtf_th_float32")["total"] / memory.GiB
   assert 7.5 < gib < 7.7, gib
+  # an eval runs the fused core, which keeps no n x m x heads tensor
+  fused = fit_check.smallest_forward(base, "model:1", "mtf_th_float32",
+                                     kernel="fused") / memory.GiB
+  assert 4.5 < fused < 4.6, fused
   assert memory.predict(base, "model:1", "mtf_th_float32")["total"] > (
       20 * gib * memory.GiB)
   # decoding it keeps every decoder layer's K and V too (docs/training.md)

@@ -256,26 +256,33 @@ def test_forward_takes_the_strategy_auto_may_pick_and_decode_its_caches():
 
 def test_eval_preflight_refuses_only_what_no_strategy_fits(monkeypatch):
   """prechecks.forward_memory on the base T5 talking heads 24 x 32 on
-  model:4 with its gin's layout (heads:model): heads-parallel 7.20 GiB per
-  device, batch_split 2.87 (the task's vocabulary,
-  commands/vocabulary.py); a decode 7.10 (the K and V caches, heads_k and
-  heads_v whole).  RAM between the two strategies is not refused, below the
-  smallest is; a decode needs its caches on top."""
+  model:4 with its gin's layout (heads:model): heads-parallel 7.18 GiB per
+  device, batch_split 1.58 with the fused core an eval runs (2.87 with the
+  einsum core, bound in the gin; the task's vocabulary,
+  commands/vocabulary.py); a decode, one position at a time on the einsum
+  core, 7.10 (the K and V caches, heads_k and heads_v whole).  RAM between
+  the two strategies is not refused, below the smallest is; a decode needs
+  its caches on top."""
   from mtf_talking_heads import commands  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.commands import prechecks  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.estimate import planner  # pylint: disable=g-import-not-at-top
   gin = ["experiments/t5_heads/07_talking_heads_24_32.gin"]
   params = ["mesh_shape = 'model:4'"]
 
-  def check(usable_gib, what):
+  def check(usable_gib, what, extra=()):
     monkeypatch.setattr(planner, "usable_bytes",
                         lambda hardware, devices: usable_gib * memory.GiB)
-    return prechecks.forward_memory("unused", gin, params, what)
+    return prechecks.forward_memory("unused", gin, params + list(extra),
+                                    what)
 
   assert check(4.0, "eval") is None  # fits batch_split, not heads-parallel
+  assert check(2.5, "eval") is None  # fused: 1.58
+  with pytest.raises(commands.UsageError, match=r"predicted 1\.58 GiB per "
+                     r"device for eval's forward pass"):
+    check(1.5, "eval")
   with pytest.raises(commands.UsageError, match=r"predicted 2\.87 GiB per "
                      r"device for eval's forward pass"):
-    check(2.5, "eval")
+    check(2.5, "eval", ["mtf_th.core_kernel.kind = 'einsum'"])
   with pytest.raises(commands.UsageError, match=r"predicted 7\.10 GiB"):
     check(4.0, "decode")
   assert check(7.5, "decode") is None
