@@ -70,7 +70,7 @@ def check_arguments(candidates, hardware):
 
 def choose(candidates, check, dims, mesh, batch, length, d_model, dynamic=(),
            memory_length=None, mesh_axis="model", hardware="cpu", model=None,
-           layer_class=None):
+           layer_class=None, kernel="einsum"):
   """The Choice of one attention layer.
 
   Args:
@@ -88,6 +88,8 @@ def choose(candidates, check, dims, mesh, batch, length, d_model, dynamic=(),
     hardware: a hardware.py name.
     model: the whole model.Model being built (memory predicted), or None.
     layer_class: the layer's class name (planner.attention_of).
+    kernel: the attention core's kernel of the run (memory.predict's:
+      "fused" prices the fused core where it applies).
   Returns:
     a Choice.
   Raises:
@@ -125,7 +127,7 @@ def choose(candidates, check, dims, mesh, batch, length, d_model, dynamic=(),
   priced = planner.price_layer(
       rings, planner.attention_of(dims, dynamic, layer_class), d_model,
       length, memory_length or length, batch // groups, p, hardware,
-      model=model, mesh_shape=shape, layout=rules)
+      model=model, mesh_shape=shape, layout=rules, kernel=kernel)
   usable = planner.usable_bytes(hardware, groups * p)
   best, fits = planner.pick(priced, usable)
   note = None

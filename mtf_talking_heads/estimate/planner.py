@@ -194,7 +194,7 @@ def pick(priced, usable):
 
 
 def price_layer(rings, att, d_model, n, m, b, p, hardware, impl=None,
-                model=None, mesh_shape=None, layout=None):
+                model=None, mesh_shape=None, layout=None, kernel="einsum"):
   """[Priced] of one attention layer's candidates (strategies.Auto's).
 
   Args:
@@ -208,6 +208,7 @@ def price_layer(rings, att, d_model, n, m, b, p, hardware, impl=None,
     model: the whole model.Model being built, or None: memory not predicted.
     mesh_shape: "batch:B,model:P" (memory.predict's) when model is given.
     layout: the layout rules the model runs with (memory.predict's).
+    kernel: the attention core's kernel the run uses (memory.predict's).
   Returns:
     [Priced]: seconds by strategy_seconds (step_time.py's ops and
     hardware.py's figures, the planner's), memory by memory.predict with
@@ -223,7 +224,7 @@ def price_layer(rings, att, d_model, n, m, b, p, hardware, impl=None,
     total = None
     if model is not None:
       total = memory.predict(model, mesh_shape, impl, name,
-                             layout=layout)["total"]
+                             layout=layout, kernel=kernel)["total"]
     out.append(Priced(name, seconds, total))
   return out
 

@@ -294,6 +294,30 @@ def test_auto_pick_when_time_and_bytes_disagree():
   assert seconds["batch_query_split"] < seconds["heads_parallel"]
 
 
+def test_auto_prices_the_fused_core_where_the_run_uses_it():
+  """price_layer(kernel="fused") prices the split strategies' cores, which
+  the fused core runs, without their n x m x heads tensors; heads-parallel
+  talking heads with its heads split keeps the einsum core's price."""
+  att = model_lib.make_attention("talking_heads", 8, 32, heads_k=8,
+                                 heads_v=8)
+  model = model_lib.make_model("lm", 2, 256, 1024, 512, 4, 1024, 1024,
+                               dec_self=att, relative_bias=False)
+  dims = prices.named_dims(att, 256)
+  mesh = prices.Layout("model:2", [(prices.BATCH, "batch")] +
+                       prices.heads_parallel_layout(dims) +
+                       [("core_shard", "model")])
+  rings = {s: prices.predict(s, dims, mesh, 4, 1024, 256, (), "model", 1024)
+           for s in ("heads_parallel", "batch_split")}
+  memory_of = {kernel: {c.name: c.memory for c in planner.price_layer(
+      rings, att, 256, 1024, 1024, 4, 2, "cpu", model=model,
+      mesh_shape="batch:1,model:2", layout=planner.layout(model, 2),
+      kernel=kernel)} for kernel in ("einsum", "fused")}
+  assert memory_of["fused"]["heads_parallel"] == memory_of["einsum"][
+      "heads_parallel"]
+  assert memory_of["fused"]["batch_split"] < memory_of["einsum"][
+      "batch_split"] / 2
+
+
 def test_auto_pick_when_the_fastest_does_not_fit():
   # logits projection 24 x 64, length 2048, batch 2, 25 layers on a v2-8
   # as model:8: query_split is the fastest but keeps K and V whole (7.45

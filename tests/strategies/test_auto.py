@@ -244,6 +244,30 @@ def test_auto_picks_by_time_then_memory_as_the_planner_does():
     strategies.Auto(hardware="tpu_v9")
 
 
+def test_auto_prices_memory_with_the_core_kernel_the_run_builds():
+  """Auto.kernel(): "fused" on CPU where mtf_th.core_kernel.kind lets the
+  fused op run (it loads here), "einsum" when the gin says so or on a TPU;
+  its choice's memory is priced with it (tests/estimate/test_plan.py)."""
+  from mtf_talking_heads.nn import core_kernel  # pylint: disable=g-import-not-at-top
+  assert core_kernel.load()[0] is not None
+  for kind, hardware, expected in [("auto", None, "fused"),
+                                   ("fused", None, "fused"),
+                                   ("einsum", None, "einsum"),
+                                   ("auto", "tpu_v3", "einsum")]:
+    with core_kernel.bound(kind):
+      assert strategies.Auto(hardware=hardware).kernel() == expected, kind
+  auto, layer, mesh = _project_logits(8, 32, "model:2", "cpu")
+  att = planner.attention_of(layer.dims)
+  model = model_lib.make_model("lm", 2, 256, 1024, 512, 4, 1024, 1024,
+                               dec_self=att, relative_bias=False)
+  priced = {}
+  for kind in ("einsum", "auto"):
+    with core_kernel.bound(kind):
+      auto.choose(layer.dims, mesh, 4, 1024, 256, model=model)
+    priced[kind] = {c.name: c.memory for c in auto.priced}
+  assert priced["auto"]["batch_split"] < priced["einsum"]["batch_split"]
+
+
 def test_auto_reads_the_model_from_the_parsed_gin_files():
   files = ["experiments/t5_heads/07_talking_heads_24_32.gin",
            "models/t5_tiny.gin"]

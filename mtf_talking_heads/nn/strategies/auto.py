@@ -89,6 +89,17 @@ class Auto(frame.Strategy):
   def layout_rules(self):
     return [(self.shard_dim, self.mesh_axis)]
 
+  def kernel(self):
+    """The core kernel memory is priced with: "fused" on CPU unless
+    mtf_th.core_kernel.kind is "einsum" or ("auto") the op does not load,
+    as the cores are built (nn/core_kernel.py); "einsum" on a TPU."""
+    from mtf_talking_heads.nn import core_kernel  # pylint: disable=g-import-not-at-top
+    kind = core_kernel.core_kernel()
+    if (self.hardware != "cpu" or kind == "einsum" or
+        core_kernel.in_tpu_program()):
+      return "einsum"
+    return "fused" if kind == "fused" or core_kernel.load()[0] else "einsum"
+
   def _make(self, name):
     strategy = registry.STRATEGIES[name]()
     if isinstance(strategy, split.SplitCore):
@@ -113,7 +124,8 @@ class Auto(frame.Strategy):
       self._make(name)._check(dims, mesh, batch, length)  # pylint: disable=protected-access
     choice = auto_pricing.choose(
         self.candidates, check, dims, mesh, batch, length, d_model, dynamic,
-        memory_length, self.mesh_axis, self.hardware, model, layer_class)
+        memory_length, self.mesh_axis, self.hardware, model, layer_class,
+        self.kernel())
     self.note, self.priced = choice.note, choice.priced
     return choice
 
