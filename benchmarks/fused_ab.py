@@ -94,9 +94,13 @@ def build_runs(modules, rng):
   return runs
 
 
+TOLERANCE = 1e-5  # relative, as tests/nn/test_fused_op.py's
+
+
 def check(session, runs, count):
-  """Largest relative difference of each revision's outputs from the
-  first's, per variant."""
+  """Prints the largest relative difference of each revision's outputs from
+  the first's, per variant; returns False if one is above TOLERANCE."""
+  agree = True
   for variant in ("TH", "MH"):
     worst = 0.0
     for i in range(1, count):
@@ -108,6 +112,8 @@ def check(session, runs, count):
                                    (np.max(np.abs(a)) + 1e-30)))
     print("%s: largest relative difference from the first: %.1e"
           % (variant, worst))
+    agree = agree and worst <= TOLERANCE
+  return agree
 
 
 def timed(session, runs, rounds):
@@ -157,7 +163,10 @@ def main(argv=None):
     config = tf.ConfigProto(inter_op_parallelism_threads=1)
     with tf.Session(config=config) as session:
       session.run(tf.global_variables_initializer())
-      check(session, runs, len(modules))
+      if not check(session, runs, len(modules)):
+        print("fused_ab.py: the revisions disagree by more than %g; not "
+              "timed" % TOLERANCE, file=sys.stderr)
+        return 1
       report(timed(session, runs, args.rounds), args.revisions)
   return 0
 

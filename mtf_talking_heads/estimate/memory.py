@@ -340,12 +340,12 @@ def _fused_temporaries(att, b, n, m, p, core, roles, bias_grad, threads,
   """Elements the fused core's gradient op holds at once, per device: dQ,
   dK, dV and two key-sized accumulators (FUSED_GRAD_COPIES of the largest
   of Q, K, V, as the allocator's records show), a partial dK and dV per
-  chunk past the first (fused_grad_chunks; the query split's shorter n is
-  not counted: at most), and the bias's gradient when the bias is
-  trainable (bias_grad elements; shared_bias: one for all examples)."""
+  chunk past the first (fused_grad_chunks; at most: a query split's n/p is
+  not), and a trainable bias's gradient (bias_grad; shared_bias: one)."""
   q, k, v, _ = _qkvo(att, b, n, m, p, core, roles)
-  if att.project_logits or att.project_weights:
-    groups, heads = att.groups or 1, max(_sizes(att).values())
+  if att.project_logits or att.project_weights:  # a split core: b / p each
+    groups = (att.groups or 1) / (p if core in ("split", "layer") else 1)
+    heads = max(_sizes(att).values())
   else:  # multi-head: every head a group of its own
     groups, heads = att.heads * _share("heads", roles, p, core), 1
   pairs = groups * (1 if bias_grad and shared_bias else b)

@@ -208,7 +208,8 @@ def price_layer(rings, att, d_model, n, m, b, p, hardware, impl=None,
     model: the whole model.Model being built, or None: memory not predicted.
     mesh_shape: "batch:B,model:P" (memory.predict's) when model is given.
     layout: the layout rules the model runs with (memory.predict's).
-    kernel: the attention core's kernel the run uses (memory.predict's).
+    kernel: the attention core's kernel the run uses (memory.predict's;
+      with the packed batches `mtf_th train` builds, as plan() prices).
   Returns:
     [Priced]: seconds by strategy_seconds (step_time.py's ops and
     hardware.py's figures, the planner's), memory by memory.predict with
@@ -223,8 +224,8 @@ def price_layer(rings, att, d_model, n, m, b, p, hardware, impl=None,
                                impl)[0]
     total = None
     if model is not None:
-      total = memory.predict(model, mesh_shape, impl, name,
-                             layout=layout, kernel=kernel)["total"]
+      total = memory.predict(model, mesh_shape, impl, name, layout=layout,
+                             kernel=kernel, packed=True)["total"]
     out.append(Priced(name, seconds, total))
   return out
 

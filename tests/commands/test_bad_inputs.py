@@ -453,6 +453,14 @@ def test_eval_and_decode_memory_is_one_forward_pass():
   fused = fit_check.smallest_forward(base, "model:1", "mtf_th_float32",
                                      kernel="fused") / memory.GiB
   assert 4.5 < fused < 4.6, fused
+  # with its task's 8192 ids, as the pre-flight prices it (docs/training.md)
+  task = model_lib.model_from_gin(
+      ["experiments/t5_heads/07_talking_heads_24_32.gin"], vocab=8192)
+  task_gib = {kernel: fit_check.smallest_forward(
+      task, "model:1", "mtf_th_float32", kernel=kernel) / memory.GiB
+              for kernel in ("fused", "einsum")}
+  assert 2.4 < task_gib["fused"] < 2.5, task_gib
+  assert 7.45 < task_gib["einsum"] < 7.55, task_gib
   assert memory.predict(base, "model:1", "mtf_th_float32")["total"] > (
       20 * gib * memory.GiB)
   # decoding it keeps every decoder layer's K and V too (docs/training.md)

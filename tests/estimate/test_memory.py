@@ -171,6 +171,14 @@ def test_fused_gradient_prices_a_partial_dk_dv_per_extra_chunk(monkeypatch):
   assert temporaries("talking_heads", 4, 4) == temporaries(
       "talking_heads", 4, 1)
   assert temporaries("multi_head", 1, 4) == temporaries("multi_head", 1, 1)
+  # batch_split: a device's slice holds 2 of the 4 examples, so 8 threads
+  # make 4 chunks of it: 3 more of its K and V (4 x 64 x 4 x 16 / 2 each)
+  split = _lm("talking_heads", heads=4, d_k=16, batch=4, length=64,
+              vocab=16)
+  eight, one = (memory.predict(split, "model:2", F32, "batch_split",
+                               kernel="fused", threads=t)["temporaries"]
+                for t in (8, 1))
+  assert eight - one == 3 * 2 * (4 * 64 * 4 * 16 / 2) * 4
   monkeypatch.setattr(memory, "cpu_threads", lambda: 4)
   assert temporaries("talking_heads", 1, None) == temporaries(
       "talking_heads", 1, 4)

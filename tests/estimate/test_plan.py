@@ -316,6 +316,17 @@ def test_auto_prices_the_fused_core_where_the_run_uses_it():
       "heads_parallel"]
   assert memory_of["fused"]["batch_split"] < memory_of["einsum"][
       "batch_split"] / 2
+  # priced for the packed batches `mtf_th train` builds, as plan() does:
+  # with T5's relative bias, per example [b, n, m, h] (fused_bias)
+  relative = model._replace(relative_bias=True)
+  priced, = planner.price_layer(
+      {"batch_split": rings["batch_split"]}, att, 256, 1024, 1024, 4, 2,
+      "cpu", model=relative, mesh_shape="batch:1,model:2",
+      layout=planner.layout(relative, 2), kernel="fused")
+  assert priced.memory == memory.predict(
+      relative, "batch:1,model:2", "mtf_th_float32", "batch_split",
+      layout=planner.layout(relative, 2), kernel="fused",
+      packed=True)["total"]
 
 
 def test_auto_pick_when_the_fastest_does_not_fit():
