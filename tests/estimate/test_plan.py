@@ -294,10 +294,12 @@ def test_auto_pick_when_time_and_bytes_disagree():
   assert seconds["batch_query_split"] < seconds["heads_parallel"]
 
 
-def test_auto_prices_the_fused_core_where_the_run_uses_it():
+def test_auto_prices_the_fused_core_where_the_run_uses_it(monkeypatch):
   """price_layer(kernel="fused") prices the split strategies' cores, which
   the fused core runs, without their n x m x heads tensors; heads-parallel
-  talking heads with its heads split keeps the einsum core's price."""
+  talking heads with its heads split keeps the einsum core's price.  (Two
+  threads, whatever this machine has: fused_grad_chunks.)"""
+  monkeypatch.setattr(memory, "cpu_threads", lambda: 2)
   att = model_lib.make_attention("talking_heads", 8, 32, heads_k=8,
                                  heads_v=8)
   model = model_lib.make_model("lm", 2, 256, 1024, 512, 4, 1024, 1024,

@@ -244,11 +244,14 @@ def test_auto_picks_by_time_then_memory_as_the_planner_does():
     strategies.Auto(hardware="tpu_v9")
 
 
-def test_auto_prices_memory_with_the_core_kernel_the_run_builds():
+def test_auto_prices_memory_with_the_core_kernel_the_run_builds(monkeypatch):
   """Auto.kernel(): "fused" on CPU where mtf_th.core_kernel.kind lets the
   fused op run (it loads here), "einsum" when the gin says so or on a TPU;
-  its choice's memory is priced with it (tests/estimate/test_plan.py)."""
+  its choice's memory is priced with it (tests/estimate/test_plan.py; two
+  threads, whatever this machine has)."""
+  from mtf_talking_heads.estimate import memory  # pylint: disable=g-import-not-at-top
   from mtf_talking_heads.nn import core_kernel  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(memory, "cpu_threads", lambda: 2)
   assert core_kernel.load()[0] is not None
   for kind, hardware, expected in [("auto", None, "fused"),
                                    ("fused", None, "fused"),
