@@ -212,6 +212,22 @@ def check_before_graph(layers, mesh=None, dtype=tf.float32, train=True,
     raise fused_error(load()[1])
 
 
+def memory_kernel(hardware):
+  """The kernel memory.predict prices a graph's attention layers with, as
+  fused_or_none will build them: "fused" on CPU outside a TPU program when
+  mtf_th.core_kernel.kind is "fused", or "auto" and the op loads (memory.py
+  then fuses only the layers the op applies to); else "einsum".
+
+  Example:
+    with core_kernel.bound("einsum"):
+      assert core_kernel.memory_kernel("cpu") == "einsum"
+  """
+  kind = core_kernel()
+  if hardware != "cpu" or kind == "einsum" or in_tpu_program():
+    return "einsum"
+  return "fused" if kind == "fused" or load()[0] is not None else "einsum"
+
+
 def fused_or_none(q, k, v, memory_length, dims, p_l=None, p_w=None,
                   dynamic_l=(), dynamic_w=(), bias=None, dropout_fn=None,
                   layout=None):

@@ -90,15 +90,10 @@ class Auto(frame.Strategy):
     return [(self.shard_dim, self.mesh_axis)]
 
   def kernel(self):
-    """The core kernel memory is priced with: "fused" on CPU unless
-    mtf_th.core_kernel.kind is "einsum" or ("auto") the op does not load,
-    as the cores are built (nn/core_kernel.py); "einsum" on a TPU."""
+    """The core kernel this layer's memory is priced with
+    (core_kernel.memory_kernel on this strategy's hardware)."""
     from mtf_talking_heads.nn import core_kernel  # pylint: disable=g-import-not-at-top
-    kind = core_kernel.core_kernel()
-    if (self.hardware != "cpu" or kind == "einsum" or
-        core_kernel.in_tpu_program()):
-      return "einsum"
-    return "fused" if kind == "fused" or core_kernel.load()[0] else "einsum"
+    return core_kernel.memory_kernel(self.hardware)
 
   def _make(self, name):
     strategy = registry.STRATEGIES[name]()
